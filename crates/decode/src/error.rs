@@ -1,0 +1,52 @@
+//! Typed errors of the decode layer.
+
+/// A result with the decode [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why bytes did not become an image.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No bytes at all.
+    #[error("empty image data")]
+    Empty,
+    /// The bytes are not JPEG, PNG, WebP or GIF (SVG, HTML, garbage...).
+    #[error("unsupported image format")]
+    Unsupported,
+    /// A supported format whose data is corrupt or truncated.
+    #[error("invalid {format} image: {reason}")]
+    Invalid {
+        /// The sniffed format.
+        format: &'static str,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// The header announces more pixels than allowed; nothing was decoded.
+    #[error("image of {width}x{height} exceeds the {limit}-pixel limit")]
+    TooManyPixels {
+        /// Announced width.
+        width: u32,
+        /// Announced height.
+        height: u32,
+        /// The limit.
+        limit: u64,
+    },
+    /// The decoder needed more memory than its limit.
+    #[error("image needs more memory than the decoder limit")]
+    LimitExceeded,
+}
+
+impl Error {
+    /// 413 for size limits, 415 for anything that is not a valid supported image.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::TooManyPixels { .. } | Self::LimitExceeded => 413,
+            Self::Empty | Self::Unsupported | Self::Invalid { .. } => 415,
+        }
+    }
+
+    /// True for the pixel and memory limits.
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, Self::TooManyPixels { .. } | Self::LimitExceeded)
+    }
+}

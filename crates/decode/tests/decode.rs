@@ -1,0 +1,144 @@
+//! Decoding real encoded images of every supported format and refusing hostile ones.
+
+use image::{DynamicImage, ImageBuffer, ImageFormat as Fmt, Luma, LumaA, Rgb, Rgba};
+use mmcache_decode::{DecodeLimits, Error, ImageFormat, decode, sniff};
+use mmcache_test_support::images;
+
+fn limits() -> DecodeLimits {
+    DecodeLimits::default()
+}
+
+#[test]
+fn every_supported_format_decodes_to_rgb8() {
+    let cases = [
+        (images::png(31, 17, 3), ImageFormat::Png),
+        (images::jpeg(31, 17, 3), ImageFormat::Jpeg),
+        (images::webp(31, 17, 3), ImageFormat::WebP),
+        (images::gif(31, 17, 3), ImageFormat::Gif),
+    ];
+    for (bytes, format) in cases {
+        assert_eq!(sniff(&bytes), Some(format));
+        let img = decode(&bytes, &limits()).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        assert_eq!((img.width(), img.height(), img.format()), (31, 17, format));
+        assert_eq!(img.pixels().len(), 31 * 17 * 3);
+    }
+}
+
+#[test]
+fn lossless_formats_round_trip_exactly() {
+    let want = images::pattern(20, 10, 9).into_raw();
+    for bytes in [images::png(20, 10, 9), images::webp(20, 10, 9)] {
+        assert_eq!(decode(&bytes, &limits()).unwrap().pixels(), &want[..]);
+    }
+}
+
+#[test]
+fn other_colour_types_are_converted() {
+    let gray = DynamicImage::ImageLuma8(ImageBuffer::from_pixel(3, 2, Luma([200u8])));
+    let gray_a = DynamicImage::ImageLumaA8(ImageBuffer::from_pixel(3, 2, LumaA([50u8, 10])));
+    let rgba = DynamicImage::ImageRgba8(ImageBuffer::from_pixel(3, 2, Rgba([1u8, 2, 3, 0])));
+    let rgb16 = DynamicImage::ImageRgb16(ImageBuffer::from_pixel(3, 2, Rgb([65535u16, 0, 257])));
+    for (img, px) in [
+        (gray, [200, 200, 200]),
+        (gray_a, [50, 50, 50]),
+        (rgba, [1, 2, 3]),
+        (rgb16, [255, 0, 1]),
+    ] {
+        let out = decode(&images::encode(&img, Fmt::Png), &limits()).unwrap();
+        assert_eq!(&out.pixels()[..3], &px);
+        assert_eq!(out.pixels().len(), 18);
+    }
+    let gray_jpeg = images::encode(
+        &DynamicImage::ImageLuma8(ImageBuffer::from_pixel(8, 8, Luma([128u8]))),
+        Fmt::Jpeg,
+    );
+    let out = decode(&gray_jpeg, &limits()).unwrap();
+    assert_eq!(out.pixels().len(), 8 * 8 * 3);
+    assert!(out.pixels().iter().all(|&v| (120..=136).contains(&v)));
+}
+
+fn assert_415(bytes: &[u8], what: &str) {
+    let err = decode(bytes, &limits()).expect_err(what);
+    assert_eq!(err.http_status(), 415, "{what}: {err}");
+}
+
+#[test]
+fn non_images_and_broken_images_are_415() {
+    assert!(matches!(decode(b"", &limits()), Err(Error::Empty)));
+    assert_415(b"", "empty");
+    assert_415(&images::svg(), "svg");
+    assert_415(b"<html><body>not found</body></html>", "html");
+    assert_415(&[0u8; 4096], "zeros");
+    assert_415(b"GIF89a", "gif magic only");
+    assert_415(b"\x89PNG\r\n\x1a\n", "png magic only");
+    assert_415(b"\xff\xd8\xff", "jpeg magic only");
+    for bytes in [
+        images::png(64, 64, 1),
+        images::jpeg(64, 64, 1),
+        images::webp(64, 64, 1),
+        images::gif(64, 64, 1),
+    ] {
+        let fmt = sniff(&bytes).unwrap();
+        assert_415(&bytes[..bytes.len() / 2], &format!("truncated {fmt:?}"));
+        let mut garbled = bytes.clone();
+        for b in garbled.iter_mut().skip(20).step_by(3) {
+            *b = b.wrapping_mul(31).wrapping_add(7);
+        }
+        if let Err(e) = decode(&garbled, &limits()) {
+            assert_eq!(e.http_status(), 415, "garbled {fmt:?}: {e}");
+        }
+    }
+}
+
+#[test]
+fn huge_dimensions_are_refused_from_the_header() {
+    let bomb = images::png_header_claiming(20_000, 20_000);
+    assert!(bomb.len() < 100);
+    let err = decode(&bomb, &limits()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooManyPixels {
+                width: 20_000,
+                height: 20_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.http_status(), 413);
+    assert!(err.is_too_large());
+
+    let small = images::png(100, 100, 1);
+    let err = decode(&small, &DecodeLimits::with_max_pixels(9_999)).unwrap_err();
+    assert_eq!(err.http_status(), 413);
+    assert!(decode(&small, &DecodeLimits::with_max_pixels(10_000)).is_ok());
+}
+
+#[test]
+fn deterministic_fuzz_never_panics() {
+    // A bounded, seeded mutation sweep over every format: errors are fine, panics are not.
+    let seeds = [
+        images::png(16, 16, 2),
+        images::jpeg(16, 16, 2),
+        images::webp(16, 16, 2),
+        images::gif(16, 16, 2),
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..400 {
+        let mut bytes = seeds[round % seeds.len()].clone();
+        for _ in 0..1 + round % 8 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let i = (state as usize) % bytes.len();
+            bytes[i] = (state >> 32) as u8;
+        }
+        if round % 5 == 0 {
+            bytes.truncate((state as usize) % bytes.len());
+        }
+        if let Err(e) = decode(&bytes, &limits()) {
+            assert!(matches!(e.http_status(), 413 | 415));
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Bounded, policy-checked HTTP(S) downloads of images from their origin.
+//!
+//! [`Origin::fetch`] applies the URL policy (see [`policy`]) to the URL and to every redirect
+//! hop, resolves hostnames through a resolver that refuses internal addresses and pins the
+//! connection to the addresses it checked, follows at most [`OriginConfig::max_redirects`]
+//! redirects by hand, and streams the body with a hard size cap. It knows nothing of Redis
+//! or pixels.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_origin::{Origin, OriginConfig};
+//! use mmcache_test_support::origin::{Route, TestOrigin};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), mmcache_origin::Error> {
+//! let server = TestOrigin::start();
+//! server.set("/a.bin", Route::ok(b"hello".to_vec()));
+//!
+//! let mut config = OriginConfig::default();
+//! config.allow_internal = true; // the test server is on 127.0.0.1 over http
+//! let origin = Origin::new(config)?;
+//! let fetched = origin.fetch(&server.url("/a.bin")).await?;
+//! assert_eq!(&fetched.bytes[..], b"hello");
+//!
+//! // Without internal access, http and loopback are refused before any request.
+//! let strict = Origin::new(OriginConfig::default())?;
+//! let err = strict.fetch(&server.url("/a.bin")).await.unwrap_err();
+//! assert_eq!(err.http_status(), 400);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Errors
+//!
+//! Every failure is an [`Error`] with [`Error::http_status`]: origin status as is, timeout 408,
+//! connection failure 400, URL policy 400/403, too large 413.
+
+mod error;
+pub mod policy;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{ACCEPT, LOCATION};
+use url::Url;
+
+pub use error::{Error, PolicyViolation, Result};
+
+/// Default cap on a body: 64 MiB (`DYN_MM_MAX_FILE_SIZE_MB`).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
+/// Default TCP (and TLS) connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default overall deadline of one fetch: every redirect hop and the whole body.
+pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default (and recommended) redirect limit.
+pub const DEFAULT_MAX_REDIRECTS: u8 = 3;
+
+/// Settings of the origin client.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OriginConfig {
+    /// Allow `http://` and internal addresses (`DYN_MM_ALLOW_INTERNAL=1`). Default false.
+    pub allow_internal: bool,
+    /// Hard cap on a body in bytes. Default [`DEFAULT_MAX_BODY_BYTES`].
+    pub max_body_bytes: u64,
+    /// Connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
+    /// Overall deadline of one fetch. Default [`DEFAULT_FETCH_TIMEOUT`].
+    pub timeout: Duration,
+    /// Redirects followed at most. Default [`DEFAULT_MAX_REDIRECTS`].
+    pub max_redirects: u8,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        Self {
+            allow_internal: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            timeout: DEFAULT_FETCH_TIMEOUT,
+            max_redirects: DEFAULT_MAX_REDIRECTS,
+        }
+    }
+}
+
+/// A downloaded body.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Fetched {
+    /// The exact bytes the origin sent (no decompression).
+    pub bytes: Bytes,
+    /// Redirects followed.
+    pub redirects: u8,
+    /// Time from the first request to the last byte.
+    pub elapsed: Duration,
+}
+
+/// An HTTP(S) client that enforces the URL policy and the size cap. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    client: reqwest::Client,
+    config: Arc<OriginConfig>,
+}
+
+impl Origin {
+    /// Builds the client. Installs the `ring` rustls provider as the process default when no
+    /// provider is installed yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Client`] when the TLS client cannot be built.
+    pub fn new(config: OriginConfig) -> Result<Self> {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none()) // followed by hand, hop by hop
+            .retry(reqwest::retry::never()) // one fetch, one request: origin counts stay exact
+            .no_proxy() // a proxy from the environment would bypass the address checks
+            .connect_timeout(config.connect_timeout)
+            .dns_resolver(PolicyResolver {
+                allow_internal: config.allow_internal,
+            })
+            .user_agent(concat!("mmcache/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Client(e.to_string()))?;
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The settings this client enforces.
+    pub fn config(&self) -> &OriginConfig {
+        &self.config
+    }
+
+    /// Downloads `url` within the policy, the redirect limit, the size cap and the deadline.
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`].
+    pub async fn fetch(&self, url: &str) -> Result<Fetched> {
+        let url = policy::check_url(url, self.config.allow_internal)?;
+        let started = Instant::now();
+        let (bytes, redirects) = tokio::time::timeout(self.config.timeout, self.follow(url))
+            .await
+            .map_err(|_| Error::Timeout)??;
+        Ok(Fetched {
+            bytes,
+            redirects,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    async fn follow(&self, mut url: Url) -> Result<(Bytes, u8)> {
+        let mut visited = vec![url.clone()];
+        let mut redirects = 0u8;
+        loop {
+            let response = self
+                .client
+                .get(url.clone())
+                .header(ACCEPT, "image/*,*/*;q=0.8")
+                .send()
+                .await
+                .map_err(map_client_error)?;
+            let status = response.status();
+            if status.is_redirection() && status != reqwest::StatusCode::NOT_MODIFIED {
+                if redirects >= self.config.max_redirects {
+                    return Err(Error::TooManyRedirects(self.config.max_redirects));
+                }
+                let next = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|loc| url.join(loc).ok())
+                    .ok_or(Error::BadRedirect)?;
+                policy::check_parsed(&next, self.config.allow_internal)?;
+                if visited.contains(&next) {
+                    return Err(Error::RedirectLoop);
+                }
+                visited.push(next.clone());
+                redirects += 1;
+                url = next;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(Error::Status(status.as_u16()));
+            }
+            return Ok((
+                read_capped(response, self.config.max_body_bytes).await?,
+                redirects,
+            ));
+        }
+    }
+}
+
+/// Streams the body, refusing early on an announced length over the cap and stopping as soon
+/// as the counted bytes pass it (a lying or absent length does not help).
+async fn read_capped(mut response: reqwest::Response, limit: u64) -> Result<Bytes> {
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(Error::TooLarge { limit });
+    }
+    // Trust the announced length for the first allocation only up to 1 MiB.
+    let hint = response.content_length().unwrap_or(0).min(1 << 20) as usize;
+    let mut body = BytesMut::with_capacity(hint);
+    while let Some(chunk) = response.chunk().await.map_err(map_client_error)? {
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Err(Error::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if body.is_empty() {
+        return Err(Error::EmptyBody);
+    }
+    Ok(body.freeze())
+}
+
+fn map_client_error(e: reqwest::Error) -> Error {
+    // The resolver's policy refusal travels inside the client error: find it.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(violation) = err.downcast_ref::<PolicyViolation>() {
+            return Error::Policy(violation.clone());
+        }
+        source = err.source();
+    }
+    if e.is_timeout() {
+        return Error::Timeout;
+    }
+    // The URL may carry signed query strings: keep it out of messages.
+    let e = e.without_url();
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(err) = source {
+        msg.push_str(": ");
+        msg.push_str(&err.to_string());
+        source = err.source();
+    }
+    Error::Connect(msg)
+}
+
+/// Resolves with the system resolver and refuses the name when any address is internal.
+/// The connector then dials exactly these addresses.
+struct PolicyResolver {
+    allow_internal: bool,
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_internal = self.allow_internal;
+        Box::pin(async move {
+            let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if let Some(bad) = addrs
+                .iter()
+                .find(|a| !allow_internal && policy::is_internal(a.ip()))
+            {
+                return Err(Box::new(PolicyViolation::InternalAddress(bad.ip())) as _);
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// Installs `ring` as the process-wide rustls provider unless one is installed already.
+/// Shared by the origin and shared-cache clients; calling it again is harmless.
+pub fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: some provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

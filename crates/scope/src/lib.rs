@@ -1,0 +1,415 @@
+//! Session scopes and cache identities for mmcache: which partition of every cache a load uses.
+//!
+//! A *scope* is the session id a client sends in a request header. With session scoping on,
+//! every cache layer is partitioned by the SHA-256 of the scope, so one session never sees
+//! another's entries. This crate does no I/O and knows nothing of HTTP clients or Redis.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_scope::{CacheIdentity, Scope, scope_from_pairs};
+//!
+//! let scope = scope_from_pairs([("X-Dynamo-Session-Id", "  session-a ")]).unwrap();
+//! assert_eq!(scope.as_str(), "session-a");
+//! assert_eq!(
+//!     scope.digest().as_str(),
+//!     "fa57a52dbf08190218529730a3e99db6946c6c29220fb6e0551e21598b0b05db"
+//! );
+//!
+//! // Scoped mode: the identity is `digest:url`; without a usable scope the caches are bypassed.
+//! let id = CacheIdentity::resolve(true, "https://example.com/img.png", Some(&scope)).unwrap();
+//! assert!(id.as_str().starts_with("fa57a52d"));
+//! assert!(CacheIdentity::resolve(true, "https://example.com/img.png", None).is_none());
+//!
+//! // Unscoped mode: the URL exactly as given.
+//! let id = CacheIdentity::resolve(false, "https://example.com/img.png", Some(&scope)).unwrap();
+//! assert_eq!(id.as_str(), "https://example.com/img.png");
+//! ```
+//!
+//! # Rules
+//!
+//! - Headers, in order: `x-dynamo-session-id`; `x-claude-code-session-id` (replaced by a usable
+//!   `x-claude-code-agent-id`: a child agent is its own scope); `thread-id`; `x-session-id`.
+//! - Names match case-insensitively; the first value of a header is used; the value is trimmed.
+//! - A value that is absent, blank, longer than [`MAX_SCOPE_LEN`] bytes, or holds anything but
+//!   printable ASCII (`0x20..=0x7E`) is unusable and falls through to the next header.
+//! - Scoping partitions caches; it is **not** authentication.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// Longest usable scope, in bytes after trimming. Longer values are treated as absent, so a
+/// hostile header costs one length check.
+pub const MAX_SCOPE_LEN: usize = 256;
+
+/// Session headers in precedence order (lowercase). The Claude Code agent id is handled
+/// together with the Claude Code session id; see [`CLAUDE_CODE_AGENT_HEADER`].
+pub const SESSION_HEADERS: [&str; 4] = [
+    "x-dynamo-session-id",
+    "x-claude-code-session-id",
+    "thread-id",
+    "x-session-id",
+];
+
+/// The Claude Code sub-agent header: when usable, it replaces a usable
+/// `x-claude-code-session-id` (a child agent is its own scope).
+pub const CLAUDE_CODE_AGENT_HEADER: &str = "x-claude-code-agent-id";
+
+const CLAUDE_CODE_SESSION_HEADER: &str = "x-claude-code-session-id";
+
+/// A validated session scope: trimmed, non-blank, printable ASCII, at most [`MAX_SCOPE_LEN`] bytes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Scope(Arc<str>);
+
+impl Scope {
+    /// Validates a raw header value: trims it and returns `None` when it is unusable.
+    pub fn new(raw: &str) -> Option<Self> {
+        Self::from_bytes(raw.as_bytes())
+    }
+
+    /// Like [`Scope::new`], from raw header bytes (non-ASCII bytes make it unusable).
+    pub fn from_bytes(raw: &[u8]) -> Option<Self> {
+        let trimmed = raw.trim_ascii();
+        if trimmed.is_empty()
+            || trimmed.len() > MAX_SCOPE_LEN
+            || !trimmed.iter().all(|b| (0x20..=0x7e).contains(b))
+        {
+            return None;
+        }
+        // All bytes are ASCII, so this cannot fail.
+        std::str::from_utf8(trimmed)
+            .ok()
+            .map(|s| Self(Arc::from(s)))
+    }
+
+    /// The trimmed scope.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Lowercase hex SHA-256 of the trimmed scope (compatible with the Python implementation).
+    pub fn digest(&self) -> ScopeDigest {
+        ScopeDigest(sha256_hex(self.0.as_bytes()))
+    }
+}
+
+impl fmt::Debug for Scope {
+    // A scope may be a secret-ish session id: keep it out of debug output and logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Scope(<redacted>)")
+    }
+}
+
+/// The lowercase hex SHA-256 of a scope: what partitions the caches.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ScopeDigest(String);
+
+impl ScopeDigest {
+    /// The 64 hex characters.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ScopeDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Picks the session scope from `(name, value)` header pairs.
+///
+/// For each header name the first pair with that name (case-insensitive) is its value.
+pub fn scope_from_pairs<I, N, V>(headers: I) -> Option<Scope>
+where
+    I: IntoIterator<Item = (N, V)>,
+    N: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    let mut firsts: [Option<V>; 5] = [None, None, None, None, None];
+    for (name, value) in headers {
+        if let Some(i) = header_slot(name.as_ref(), true) {
+            firsts[i].get_or_insert(value);
+        }
+    }
+    pick(|name| {
+        let i = header_slot(name, false)?;
+        firsts[i].as_ref().map(AsRef::as_ref)
+    })
+}
+
+/// Index of a session-relevant header in `SESSION_HEADERS` + the agent header.
+fn header_slot(name: &str, ignore_case: bool) -> Option<usize> {
+    SESSION_HEADERS
+        .iter()
+        .chain(std::iter::once(&CLAUDE_CODE_AGENT_HEADER))
+        .position(|h| {
+            if ignore_case {
+                h.eq_ignore_ascii_case(name)
+            } else {
+                *h == name
+            }
+        })
+}
+
+/// Picks the session scope from an [`http::HeaderMap`].
+pub fn scope_from_headers(headers: &http::HeaderMap) -> Option<Scope> {
+    // HeaderMap names are already lowercase; `get` returns the first value.
+    pick(|name| headers.get(name).map(|v| v.as_bytes()))
+}
+
+/// The precedence rules, over a lookup of a header's first value by lowercase name.
+fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
+    for name in SESSION_HEADERS {
+        let Some(scope) = first_value(name).and_then(Scope::from_bytes) else {
+            continue;
+        };
+        if name == CLAUDE_CODE_SESSION_HEADER {
+            if let Some(agent) = first_value(CLAUDE_CODE_AGENT_HEADER).and_then(Scope::from_bytes) {
+                return Some(agent);
+            }
+        }
+        return Some(scope);
+    }
+    None
+}
+
+/// The key of one image in every cache: the URL exactly as given (no normalisation), prefixed by
+/// the scope digest and `:` in scoped mode.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CacheIdentity(Arc<str>);
+
+impl CacheIdentity {
+    /// The identity of `url` outside session scoping.
+    pub fn unscoped(url: &str) -> Self {
+        Self(Arc::from(url))
+    }
+
+    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + url`.
+    pub fn scoped(scope: &Scope, url: &str) -> Self {
+        let digest = scope.digest();
+        let mut s = String::with_capacity(digest.0.len() + 1 + url.len());
+        s.push_str(digest.as_str());
+        s.push(':');
+        s.push_str(url);
+        Self(Arc::from(s))
+    }
+
+    /// The identity a load uses, or `None` when the load must bypass every cache layer
+    /// (session scoping on and no usable scope). With scoping off the scope is ignored.
+    pub fn resolve(session_scoped: bool, url: &str, scope: Option<&Scope>) -> Option<Self> {
+        match (session_scoped, scope) {
+            (false, _) => Some(Self::unscoped(url)),
+            (true, Some(scope)) => Some(Self::scoped(scope, url)),
+            (true, None) => None,
+        }
+    }
+
+    /// The identity string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Lowercase hex SHA-256 of the identity: the hash tag of the shared-cache key.
+    pub fn sha256_hex(&self) -> String {
+        sha256_hex(self.0.as_bytes())
+    }
+}
+
+impl fmt::Debug for CacheIdentity {
+    // Identities hold URLs that may carry signed query strings: do not print them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CacheIdentity({} bytes)", self.0.len())
+    }
+}
+
+/// Lowercase hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    let digest = Sha256::digest(data);
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 0xf) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "https://example.com/img.png";
+
+    #[test]
+    fn design_test_vectors() {
+        assert_eq!(
+            CacheIdentity::unscoped(URL).sha256_hex(),
+            "48af8a9eb0210270d41f09ff164d1314c0e3f35027d980ac92abb4320c80f2a0"
+        );
+        let scope = Scope::new("session-a").unwrap();
+        assert_eq!(
+            scope.digest().as_str(),
+            "fa57a52dbf08190218529730a3e99db6946c6c29220fb6e0551e21598b0b05db"
+        );
+        let id = CacheIdentity::scoped(&scope, URL);
+        assert_eq!(
+            id.as_str(),
+            format!("fa57a52dbf08190218529730a3e99db6946c6c29220fb6e0551e21598b0b05db:{URL}")
+        );
+        assert_eq!(
+            id.sha256_hex(),
+            "0895b8e0928cf6a3a67afb3c3b31407b6ff56e8130ad550729782f8465e15fc0"
+        );
+    }
+
+    #[test]
+    fn digest_is_of_the_trimmed_scope() {
+        let a = Scope::new("\t session-a  ").unwrap();
+        assert_eq!(a.as_str(), "session-a");
+        assert_eq!(a.digest(), Scope::new("session-a").unwrap().digest());
+    }
+
+    #[test]
+    fn unusable_values() {
+        for bad in ["", "   ", "\t", "caf\u{e9}", "a\u{7f}b", "a\nb", "a\0b"] {
+            assert!(Scope::new(bad).is_none(), "{bad:?} must be unusable");
+        }
+        assert!(Scope::from_bytes(&[0xff, 0x41]).is_none());
+        assert!(Scope::new(&"a".repeat(MAX_SCOPE_LEN)).is_some());
+        assert!(Scope::new(&"a".repeat(MAX_SCOPE_LEN + 1)).is_none());
+        // Interior spaces are printable ASCII and kept.
+        assert_eq!(Scope::new(" a b ").unwrap().as_str(), "a b");
+    }
+
+    #[test]
+    fn precedence() {
+        let pick = |pairs: &[(&str, &str)]| {
+            scope_from_pairs(pairs.iter().copied()).map(|s| s.as_str().to_owned())
+        };
+        assert_eq!(pick(&[]), None);
+        assert_eq!(
+            pick(&[
+                ("x-session-id", "o"),
+                ("thread-id", "t"),
+                ("X-Dynamo-Session-Id", "d")
+            ]),
+            Some("d".into())
+        );
+        assert_eq!(
+            pick(&[("x-session-id", "o"), ("thread-id", "t")]),
+            Some("t".into())
+        );
+        assert_eq!(pick(&[("x-session-id", "o")]), Some("o".into()));
+        // Blank dynamo id falls through.
+        assert_eq!(
+            pick(&[("x-dynamo-session-id", "  "), ("x-session-id", "o")]),
+            Some("o".into())
+        );
+        // Claude Code: agent id replaces the session id, only when non-blank.
+        assert_eq!(
+            pick(&[("x-claude-code-session-id", "cc"), ("thread-id", "t")]),
+            Some("cc".into())
+        );
+        assert_eq!(
+            pick(&[
+                ("x-claude-code-agent-id", "agent"),
+                ("x-claude-code-session-id", "cc")
+            ]),
+            Some("agent".into())
+        );
+        assert_eq!(
+            pick(&[
+                ("x-claude-code-agent-id", " "),
+                ("x-claude-code-session-id", "cc")
+            ]),
+            Some("cc".into())
+        );
+        // An agent id alone is not a session.
+        assert_eq!(
+            pick(&[("x-claude-code-agent-id", "agent"), ("thread-id", "t")]),
+            Some("t".into())
+        );
+        // Dynamo wins over Claude Code.
+        assert_eq!(
+            pick(&[
+                ("x-claude-code-agent-id", "agent"),
+                ("x-claude-code-session-id", "cc"),
+                ("x-dynamo-session-id", "d")
+            ]),
+            Some("d".into())
+        );
+        // First value of a repeated header wins, even when the second is usable.
+        assert_eq!(
+            pick(&[
+                ("thread-id", " "),
+                ("THREAD-ID", "t2"),
+                ("x-session-id", "o")
+            ]),
+            Some("o".into())
+        );
+    }
+
+    #[test]
+    fn header_map_matches_pairs() {
+        let mut map = http::HeaderMap::new();
+        map.append("Thread-Id", http::HeaderValue::from_static("t"));
+        map.append(
+            "x-claude-code-session-id",
+            http::HeaderValue::from_static("cc"),
+        );
+        map.append(
+            "X-Claude-Code-Agent-Id",
+            http::HeaderValue::from_static("child"),
+        );
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "child");
+
+        let mut map = http::HeaderMap::new();
+        map.append(
+            "x-dynamo-session-id",
+            http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        map.append("x-session-id", http::HeaderValue::from_static("ok"));
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "ok");
+    }
+
+    #[test]
+    fn hostile_headers_are_cheap_and_unusable() {
+        let huge = "s".repeat(1 << 20);
+        let many: Vec<(String, String)> = (0..10_000)
+            .map(|i| (format!("x-junk-{i}"), "v".to_owned()))
+            .chain([("x-dynamo-session-id".to_owned(), huge)])
+            .collect();
+        assert!(scope_from_pairs(many.iter().map(|(n, v)| (n.as_str(), v.as_str()))).is_none());
+    }
+
+    #[test]
+    fn resolve_modes() {
+        let s = Scope::new("s").unwrap();
+        assert_eq!(
+            CacheIdentity::resolve(false, URL, Some(&s))
+                .unwrap()
+                .as_str(),
+            URL
+        );
+        assert_eq!(
+            CacheIdentity::resolve(false, URL, None).unwrap().as_str(),
+            URL
+        );
+        assert!(CacheIdentity::resolve(true, URL, None).is_none());
+        // Case and query are part of the identity.
+        let a = CacheIdentity::unscoped("https://e.com/A.png?x=1");
+        let b = CacheIdentity::unscoped("https://e.com/a.png?x=1");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let s = Scope::new("secret-session").unwrap();
+        assert!(!format!("{s:?}").contains("secret"));
+        let id = CacheIdentity::unscoped("https://e.com/?token=secret");
+        assert!(!format!("{id:?}").contains("secret"));
+    }
+}

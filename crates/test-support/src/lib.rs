@@ -1,0 +1,22 @@
+//! Real servers and real data for mmcache tests: a local HTTP origin, Redis Cluster processes
+//! and generated images. Not published; used by tests, `cargo xtask demo`, `chaos` and `bench`.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_test_support::{images, origin::{Route, TestOrigin}};
+//!
+//! let origin = TestOrigin::start();
+//! origin.set("/cat.png", Route::ok(images::png(8, 8, 1)));
+//! assert!(origin.url("/cat.png").starts_with("http://127.0.0.1:"));
+//! assert_eq!(origin.hits("/cat.png"), 0);
+//! ```
+
+pub mod images;
+pub mod origin;
+
+/// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing
+/// server is a failure, never a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
