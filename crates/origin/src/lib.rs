@@ -72,6 +72,11 @@ pub struct OriginConfig {
     pub timeout: Duration,
     /// Redirects followed at most. Default [`DEFAULT_MAX_REDIRECTS`].
     pub max_redirects: u8,
+    /// Test seam: treat 127.0.0.0/8 as public (and allow `http`) while every other internal
+    /// range stays refused, so tests on loopback can exercise the refusals. Never set it in
+    /// production.
+    #[doc(hidden)]
+    pub loopback_is_public: bool,
 }
 
 impl Default for OriginConfig {
@@ -82,6 +87,7 @@ impl Default for OriginConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_FETCH_TIMEOUT,
             max_redirects: DEFAULT_MAX_REDIRECTS,
+            loopback_is_public: false,
         }
     }
 }
@@ -121,6 +127,7 @@ impl Origin {
             .connect_timeout(config.connect_timeout)
             .dns_resolver(PolicyResolver {
                 allow_internal: config.allow_internal,
+                loopback_is_public: config.loopback_is_public,
             })
             .user_agent(concat!("mmcache/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -142,7 +149,8 @@ impl Origin {
     ///
     /// See [`Error`].
     pub async fn fetch(&self, url: &str) -> Result<Fetched> {
-        let url = policy::check_url(url, self.config.allow_internal)?;
+        let url = policy::parse(url)?;
+        self.check(&url)?;
         let started = Instant::now();
         let (bytes, redirects) = tokio::time::timeout(self.config.timeout, self.follow(url))
             .await
@@ -152,6 +160,11 @@ impl Origin {
             redirects,
             elapsed: started.elapsed(),
         })
+    }
+
+    fn check(&self, url: &Url) -> Result<(), PolicyViolation> {
+        let c = &self.config;
+        policy::check_parsed_with(url, c.allow_internal, c.loopback_is_public)
     }
 
     async fn follow(&self, mut url: Url) -> Result<(Bytes, u8)> {
@@ -176,7 +189,7 @@ impl Origin {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|loc| url.join(loc).ok())
                     .ok_or(Error::BadRedirect)?;
-                policy::check_parsed(&next, self.config.allow_internal)?;
+                self.check(&next)?;
                 if visited.contains(&next) {
                     return Err(Error::RedirectLoop);
                 }
@@ -245,18 +258,17 @@ fn map_client_error(e: reqwest::Error) -> Error {
 /// The connector then dials exactly these addresses.
 struct PolicyResolver {
     allow_internal: bool,
+    loopback_is_public: bool,
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let allow_internal = self.allow_internal;
+        let (allow_internal, loopback_is_public) = (self.allow_internal, self.loopback_is_public);
         Box::pin(async move {
             let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if let Some(bad) = addrs
-                .iter()
-                .find(|a| !allow_internal && policy::is_internal(a.ip()))
-            {
-                return Err(Box::new(PolicyViolation::InternalAddress(bad.ip())) as _);
+            for addr in &addrs {
+                policy::check_ip_with(addr.ip(), allow_internal, loopback_is_public)
+                    .map_err(Box::new)?;
             }
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })

@@ -17,14 +17,22 @@ use crate::error::PolicyViolation;
 ///
 /// A [`PolicyViolation`] saying what was refused.
 pub fn check_url(raw: &str, allow_internal: bool) -> Result<Url, PolicyViolation> {
-    let url = match Url::parse(raw) {
-        Ok(url) => url,
-        // A bare path ("/etc/passwd", "img.png") has no scheme: treat it as a local file.
-        Err(url::ParseError::RelativeUrlWithoutBase) => return Err(PolicyViolation::LocalFile),
-        Err(e) => return Err(PolicyViolation::InvalidUrl(e.to_string())),
-    };
+    let url = parse(raw)?;
     check_parsed(&url, allow_internal)?;
     Ok(url)
+}
+
+/// Parses `raw`; a bare path ("/etc/passwd", "img.png") has no scheme and counts as a local
+/// file.
+///
+/// # Errors
+///
+/// [`PolicyViolation::LocalFile`] or [`PolicyViolation::InvalidUrl`].
+pub fn parse(raw: &str) -> Result<Url, PolicyViolation> {
+    Url::parse(raw).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => PolicyViolation::LocalFile,
+        e => PolicyViolation::InvalidUrl(e.to_string()),
+    })
 }
 
 /// Checks an already parsed URL (used for every redirect hop).
@@ -33,9 +41,19 @@ pub fn check_url(raw: &str, allow_internal: bool) -> Result<Url, PolicyViolation
 ///
 /// A [`PolicyViolation`] saying what was refused.
 pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolation> {
+    check_parsed_with(url, allow_internal, false)
+}
+
+/// [`check_parsed`] where `loopback_is_public` treats 127.0.0.0/8 as public and allows `http`
+/// (for tests of the internal-address refusals, which need a reachable first hop).
+pub(crate) fn check_parsed_with(
+    url: &Url,
+    allow_internal: bool,
+    loopback_is_public: bool,
+) -> Result<(), PolicyViolation> {
     match url.scheme() {
         "https" => {}
-        "http" if allow_internal => {}
+        "http" if allow_internal || loopback_is_public => {}
         "file" => return Err(PolicyViolation::LocalFile),
         other => return Err(PolicyViolation::Scheme(other.to_owned())),
     }
@@ -48,7 +66,7 @@ pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolati
         Some(Host::Ipv4(v4)) => IpAddr::V4(v4),
         Some(Host::Ipv6(v6)) => IpAddr::V6(v6),
     };
-    check_ip(ip, allow_internal)
+    check_ip_with(ip, allow_internal, loopback_is_public)
 }
 
 /// Refuses an internal address unless internal access is allowed.
@@ -57,6 +75,17 @@ pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolati
 ///
 /// [`PolicyViolation::InternalAddress`] for an internal `ip` without internal access.
 pub fn check_ip(ip: IpAddr, allow_internal: bool) -> Result<(), PolicyViolation> {
+    check_ip_with(ip, allow_internal, false)
+}
+
+pub(crate) fn check_ip_with(
+    ip: IpAddr,
+    allow_internal: bool,
+    loopback_is_public: bool,
+) -> Result<(), PolicyViolation> {
+    if loopback_is_public && ip.is_loopback() {
+        return Ok(());
+    }
     if !allow_internal && is_internal(ip) {
         return Err(PolicyViolation::InternalAddress(ip));
     }
