@@ -267,8 +267,8 @@ impl Resolve for PolicyResolver {
         Box::pin(async move {
             let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
             for addr in &addrs {
-                policy::check_ip_with(addr.ip(), allow_internal, loopback_is_public)
-                    .map_err(Box::new)?;
+                // `?` boxes the violation itself, so `map_client_error` can downcast to it.
+                policy::check_ip_with(addr.ip(), allow_internal, loopback_is_public)?;
             }
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
