@@ -1,1 +1,571 @@
-//! placeholder
+//! One call for multimodal inference workers: `loader.load(url, scope)` returns a decoded RGB
+//! image as cheaply as possible.
+//!
+//! In order, a load is served by: the worker's byte-bounded decoded-image cache; a load of the
+//! same image already in flight in this process; the fleet's shared cache of encoded bytes on
+//! Redis Cluster or Dragonfly (optional, off by default, fails open); the origin over HTTP(S)
+//! with a hard size cap. Session scoping partitions every cache by a hashed session id.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_loader::{Loader, Source};
+//! use mmcache_test_support::{images, origin::{Route, TestOrigin}};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let origin = TestOrigin::start();
+//! origin.set("/cat.png", Route::ok(images::png(64, 48, 1)));
+//!
+//! // Loader::from_env() reads the DYN_MM_* variables; the builder sets the same things.
+//! let loader = Loader::builder().allow_internal(true).build()?;
+//! let url = origin.url("/cat.png");
+//!
+//! let first = loader.load_detailed(&url, None).await?;
+//! assert_eq!(first.source, Source::Origin);
+//! assert_eq!((first.image.width(), first.image.height()), (64, 48));
+//!
+//! let again = loader.load_detailed(&url, None).await?;
+//! assert_eq!(again.source, Source::Memory);
+//! assert_eq!(origin.hits("/cat.png"), 1);
+//!
+//! let err = loader.load(&origin.url("/missing.png"), None).await.unwrap_err();
+//! assert_eq!(err.http_status(), 404);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Errors
+//!
+//! [`Error::http_status`] maps every failure to a status a worker can return: the origin's
+//! status as is, timeout 408, connection failure 400, unsupported image 415, too large 413,
+//! URL policy 400/403. The shared cache never fails a load.
+//!
+//! # Layers
+//!
+//! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
+
+mod config;
+mod data_url;
+mod error;
+pub mod metrics;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use mmcache_decode::{DecodeLimits, DecodedCache, DecodedImage};
+use mmcache_origin::{Origin, OriginConfig};
+use mmcache_scope::{CacheIdentity, Scope};
+use mmcache_shared_cache::{SharedCache, SharedCacheConfig};
+use tokio::sync::watch;
+
+pub use crate::config::{Config, SharedCacheSettings, env};
+pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
+pub use mmcache_decode::{self as decode, DecodedImage as Image};
+pub use mmcache_origin as origin;
+pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
+pub use mmcache_shared_cache as shared_cache;
+
+/// Where a load's image came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The decoded-image cache.
+    Memory,
+    /// A load of the same identity already in flight in this process.
+    Inflight,
+    /// The shared cache of encoded bytes.
+    Shared,
+    /// The origin over HTTP(S).
+    Origin,
+    /// A `data:` URL.
+    Data,
+}
+
+impl Source {
+    /// Lowercase name, for metric labels and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Inflight => "inflight",
+            Self::Shared => "shared",
+            Self::Origin => "origin",
+            Self::Data => "data",
+        }
+    }
+}
+
+/// A loaded image and how it was obtained.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Loaded {
+    /// The decoded image, shared (a cache hit is the cached `Arc`, no copy).
+    pub image: Arc<DecodedImage>,
+    /// Where it came from.
+    pub source: Source,
+    /// Size of the encoded bytes, when this load had them (not for memory hits or joins).
+    pub encoded_len: Option<usize>,
+}
+
+type Outcome = Result<(Arc<DecodedImage>, Source, Option<usize>)>;
+type InflightSlot = watch::Receiver<Option<Outcome>>;
+
+struct Inner {
+    config: Config,
+    origin: Origin,
+    shared: Option<SharedCache>,
+    decoded: DecodedCache,
+    limits: DecodeLimits,
+    inflight: DashMap<[u8; 32], InflightSlot>,
+    memory_hits: ::metrics::Counter,
+}
+
+/// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Loader {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
+/// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct LoaderBuilder {
+    config: Config,
+    clock: Option<Arc<dyn mmcache_shared_cache::Clock>>,
+}
+
+impl LoaderBuilder {
+    /// A builder holding the configuration read from the environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad variable and its value.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: Config::from_env()?,
+            clock: None,
+        })
+    }
+
+    /// A builder holding `config`.
+    pub fn from_config(config: Config) -> Self {
+        Self {
+            config,
+            clock: None,
+        }
+    }
+
+    /// The configuration so far.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Turns the shared cache on or off.
+    pub fn shared_cache(mut self, enabled: bool) -> Self {
+        self.config.shared.enabled = enabled;
+        self
+    }
+
+    /// Sets the shared-cache discovery URL and turns the shared cache on.
+    pub fn shared_cache_url(mut self, url: impl Into<String>) -> Self {
+        self.config.shared.url = Some(url.into());
+        self.config.shared.enabled = true;
+        self
+    }
+
+    /// Shared-cache entry TTL.
+    pub fn shared_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.config.shared.ttl = ttl;
+        self
+    }
+
+    /// Shared-cache connect timeout.
+    pub fn shared_cache_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shared.connect_timeout = timeout;
+        self
+    }
+
+    /// Shared-cache response timeout.
+    pub fn shared_cache_io_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shared.io_timeout = timeout;
+        self
+    }
+
+    /// Largest value written to the shared cache.
+    pub fn shared_cache_max_value_bytes(mut self, bytes: usize) -> Self {
+        self.config.shared.max_value_bytes = bytes;
+        self
+    }
+
+    /// Root CA (PEM) to trust for `rediss://`.
+    pub fn shared_cache_tls_root_ca(mut self, pem: Vec<u8>) -> Self {
+        self.config.shared.tls_root_ca_pem = Some(pem);
+        self
+    }
+
+    /// The clock of the shared cache's warning limiter (tests).
+    pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Body cap in bytes.
+    pub fn max_file_size_bytes(mut self, bytes: u64) -> Self {
+        self.config.max_file_size_bytes = bytes;
+        self
+    }
+
+    /// Partition caches by session scope.
+    pub fn session_scoped(mut self, on: bool) -> Self {
+        self.config.session_scoped = on;
+        self
+    }
+
+    /// Allow `http://` and internal addresses.
+    pub fn allow_internal(mut self, on: bool) -> Self {
+        self.config.allow_internal = on;
+        self
+    }
+
+    /// Decoded-cache byte budget.
+    pub fn decoded_cache_bytes(mut self, bytes: u64) -> Self {
+        self.config.decoded_cache_bytes = bytes;
+        self
+    }
+
+    /// Decoded-cache entry cap (`Some(0)` turns the cache off).
+    pub fn decoded_cache_entries(mut self, entries: Option<usize>) -> Self {
+        self.config.decoded_cache_entries = entries;
+        self
+    }
+
+    /// Pixel limit of one image.
+    pub fn max_pixels(mut self, pixels: u64) -> Self {
+        self.config.max_pixels = pixels;
+        self
+    }
+
+    /// Origin connect timeout.
+    pub fn origin_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.origin_connect_timeout = timeout;
+        self
+    }
+
+    /// Origin overall deadline per fetch.
+    pub fn origin_timeout(mut self, timeout: Duration) -> Self {
+        self.config.origin_timeout = timeout;
+        self
+    }
+
+    /// Validates and builds. Does no network I/O: the shared cache connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for an invalid setting, a refused cache URL or a client that cannot be
+    /// built.
+    pub fn build(self) -> Result<Loader, ConfigError> {
+        let config = self.config;
+        config.validate()?;
+        let mut origin_config = OriginConfig::default();
+        origin_config.allow_internal = config.allow_internal;
+        origin_config.max_body_bytes = config.max_file_size_bytes;
+        origin_config.connect_timeout = config.origin_connect_timeout;
+        origin_config.timeout = config.origin_timeout;
+        let origin = Origin::new(origin_config).map_err(|e| ConfigError::Origin(e.to_string()))?;
+        let shared = match (&config.shared.enabled, &config.shared.url) {
+            (true, Some(url)) => {
+                let mut c = SharedCacheConfig::new(url.clone());
+                c.ttl = config.shared.ttl;
+                c.connect_timeout = config.shared.connect_timeout;
+                c.io_timeout = config.shared.io_timeout;
+                c.max_value_bytes = config.shared.max_value_bytes;
+                c.tls_root_ca_pem = config.shared.tls_root_ca_pem.clone();
+                if let Some(clock) = self.clock {
+                    c.clock = clock;
+                }
+                Some(SharedCache::new(c)?)
+            }
+            _ => None,
+        };
+        let decoded = DecodedCache::new(config.decoded_cache_bytes, config.decoded_cache_entries);
+        let memory_hits =
+            ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
+        Ok(Loader {
+            inner: Arc::new(Inner {
+                limits: DecodeLimits::with_max_pixels(config.max_pixels),
+                config,
+                origin,
+                shared,
+                decoded,
+                inflight: DashMap::new(),
+                memory_hits,
+            }),
+        })
+    }
+}
+
+impl Loader {
+    /// A builder with the defaults (the environment is not read).
+    pub fn builder() -> LoaderBuilder {
+        LoaderBuilder::default()
+    }
+
+    /// A loader configured from the `DYN_MM_*` and `MMCACHE_*` environment variables.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad variable and its value.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        LoaderBuilder::from_env()?.build()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The decoded-image cache (stats, manual eviction).
+    pub fn decoded_cache(&self) -> &DecodedCache {
+        &self.inner.decoded
+    }
+
+    /// The shared cache, when enabled.
+    pub fn shared_cache(&self) -> Option<&SharedCache> {
+        self.inner.shared.as_ref()
+    }
+
+    /// Loads `url` within `scope` and returns the decoded image.
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`]; [`Error::http_status`] gives a status to return.
+    pub async fn load(&self, url: &str, scope: Option<&Scope>) -> Result<Arc<DecodedImage>> {
+        self.load_detailed(url, scope).await.map(|l| l.image)
+    }
+
+    /// Like [`Loader::load`], also saying where the image came from.
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`].
+    pub async fn load_detailed(&self, url: &str, scope: Option<&Scope>) -> Result<Loaded> {
+        if data_url::is_data_url(url) {
+            return record(Source::Data, self.load_data_url(url).await);
+        }
+        let Some(identity) = CacheIdentity::resolve(self.inner.config.session_scoped, url, scope)
+        else {
+            // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
+            ::metrics::counter!(metrics::BYPASSES, "reason" => "no_scope").increment(1);
+            let started = Instant::now();
+            let result = self.inner.fetch_and_decode(url).await;
+            observe(Source::Origin, started);
+            return record(
+                Source::Origin,
+                result.map(|(image, len)| (image, Source::Origin, Some(len))),
+            );
+        };
+        if let Some(image) = self.inner.decoded.get(&identity) {
+            self.inner.memory_hits.increment(1);
+            return Ok(Loaded {
+                image,
+                source: Source::Memory,
+                encoded_len: None,
+            });
+        }
+        let started = Instant::now();
+        let (outcome, joined) = self.join_or_start(identity, url).await;
+        let source = if joined {
+            Source::Inflight
+        } else {
+            outcome.as_ref().map_or(Source::Origin, |o| o.1)
+        };
+        observe(source, started);
+        let outcome = outcome.map(|(image, src, len)| {
+            if joined {
+                (image, Source::Inflight, None)
+            } else {
+                (image, src, len)
+            }
+        });
+        record(source, outcome)
+    }
+
+    /// Loads every URL concurrently, keeping order. When any load fails, the error returned is
+    /// the first one carrying an origin HTTP status, else the first URL-policy error, else an
+    /// [`Error::Batch`] listing every failure with its index.
+    ///
+    /// # Errors
+    ///
+    /// As described above.
+    pub async fn load_batch<S: AsRef<str>>(
+        &self,
+        urls: &[S],
+        scope: Option<&Scope>,
+    ) -> Result<Vec<Arc<DecodedImage>>> {
+        let results = self.load_batch_each(urls, scope).await;
+        let failures: Vec<(usize, Error)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().err().map(|e| (i, e.clone())))
+            .collect();
+        if failures.is_empty() {
+            return Ok(results
+                .into_iter()
+                .map(|r| r.map(|l| l.image))
+                .collect::<Result<_>>()?);
+        }
+        if let Some((_, e)) = failures.iter().find(|(_, e)| e.origin_status().is_some()) {
+            return Err(e.clone());
+        }
+        if let Some((_, e)) = failures.iter().find(|(_, e)| e.is_policy()) {
+            return Err(e.clone());
+        }
+        Err(Error::Batch(failures.into()))
+    }
+
+    /// Loads every URL concurrently and returns each result, in order.
+    pub async fn load_batch_each<S: AsRef<str>>(
+        &self,
+        urls: &[S],
+        scope: Option<&Scope>,
+    ) -> Vec<Result<Loaded>> {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, url) in urls.iter().enumerate() {
+            let (loader, url, scope) = (self.clone(), url.as_ref().to_owned(), scope.cloned());
+            set.spawn(async move { (i, loader.load_detailed(&url, scope.as_ref()).await) });
+        }
+        let mut out: Vec<Option<Result<Loaded>>> = (0..urls.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((i, r)) => out[i] = Some(r),
+                Err(e) => tracing::error!(error = %e, "batch load task failed"),
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Internal("load task failed".into()))))
+            .collect()
+    }
+
+    async fn load_data_url(&self, url: &str) -> Result<(Arc<DecodedImage>, Source, Option<usize>)> {
+        let bytes = data_url::decode_payload(url, self.inner.config.max_file_size_bytes)?;
+        let len = bytes.len();
+        let image = self.inner.decode(Bytes::from(bytes)).await?;
+        Ok((image, Source::Data, Some(len)))
+    }
+
+    /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
+    /// cancelled caller never cancels the load other callers wait for.
+    async fn join_or_start(&self, identity: CacheIdentity, url: &str) -> (Outcome, bool) {
+        let key = *blake3::hash(identity.as_str().as_bytes()).as_bytes();
+        let (mut rx, joined) = match self.inner.inflight.entry(key) {
+            dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
+            dashmap::Entry::Vacant(slot) => {
+                let (tx, rx) = watch::channel(None);
+                slot.insert(rx.clone());
+                let inner = self.inner.clone();
+                let url = url.to_owned();
+                tokio::spawn(async move {
+                    let outcome = inner.fill(&identity, &url).await;
+                    if let Ok((image, _, _)) = &outcome {
+                        inner.decoded.insert(&identity, image.clone());
+                    }
+                    // Leave the map before publishing: a later load sees the cache or retries.
+                    inner.inflight.remove(&key);
+                    let _ = tx.send(Some(outcome));
+                });
+                (rx, false)
+            }
+        };
+        let outcome = match rx.wait_for(Option::is_some).await {
+            Ok(value) => value
+                .clone()
+                .unwrap_or_else(|| Err(Error::Internal("no outcome".into()))),
+            // The task ended without publishing: it panicked.
+            Err(_) => Err(Error::Internal("load task ended without a result".into())),
+        };
+        (outcome, joined)
+    }
+}
+
+impl Inner {
+    /// Shared cache, then origin. Runs in the load's own task.
+    async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
+        // Policy first: a cache must not serve what this worker may not fetch.
+        self.origin.check(url)?;
+        if let Some(shared) = &self.shared {
+            if let Some(bytes) = shared.get(identity).await {
+                let len = bytes.len();
+                match self.decode(bytes).await {
+                    Ok(image) => return Ok((image, Source::Shared, Some(len))),
+                    Err(e) => {
+                        ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
+                        tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
+                        shared.delete(identity).await;
+                    }
+                }
+            }
+        }
+        let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+        let len = bytes.len();
+        if let Some(shared) = &self.shared {
+            shared.set(identity, bytes).await; // only bytes that decoded
+        }
+        Ok((image, Source::Origin, Some(len)))
+    }
+
+    async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
+        let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+        Ok((image, bytes.len()))
+    }
+
+    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<(Arc<DecodedImage>, Bytes)> {
+        let started = Instant::now();
+        let fetched = self.origin.fetch(url).await;
+        let outcome = if fetched.is_ok() { "ok" } else { "error" };
+        ::metrics::histogram!(metrics::ORIGIN_FETCH_DURATION, "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        let fetched = fetched?;
+        ::metrics::counter!(metrics::ORIGIN_FETCH_BYTES).increment(fetched.bytes.len() as u64);
+        let image = self.decode(fetched.bytes.clone()).await?;
+        Ok((image, fetched.bytes))
+    }
+
+    /// Decodes on the blocking pool: a large image is milliseconds of CPU.
+    async fn decode(&self, bytes: Bytes) -> Result<Arc<DecodedImage>> {
+        let limits = self.limits;
+        let started = Instant::now();
+        let image = tokio::task::spawn_blocking(move || mmcache_decode::decode(&bytes, &limits))
+            .await
+            .map_err(|e| Error::Internal(format!("decode task failed: {e}")))??;
+        ::metrics::histogram!(metrics::DECODE_DURATION, "format" => image.format().as_str())
+            .record(started.elapsed().as_secs_f64());
+        Ok(Arc::new(image))
+    }
+}
+
+fn observe(source: Source, started: Instant) {
+    ::metrics::histogram!(metrics::LOAD_DURATION, "source" => source.as_str())
+        .record(started.elapsed().as_secs_f64());
+}
+
+fn record(source: Source, outcome: Outcome) -> Result<Loaded> {
+    let label = if outcome.is_ok() { "ok" } else { "error" };
+    ::metrics::counter!(metrics::LOADS, "source" => source.as_str(), "outcome" => label)
+        .increment(1);
+    outcome.map(|(image, source, encoded_len)| Loaded {
+        image,
+        source,
+        encoded_len,
+    })
+}

@@ -150,7 +150,7 @@ impl Origin {
     /// See [`Error`].
     pub async fn fetch(&self, url: &str) -> Result<Fetched> {
         let url = policy::parse(url)?;
-        self.check(&url)?;
+        self.check_parsed(&url)?;
         let started = Instant::now();
         let (bytes, redirects) = tokio::time::timeout(self.config.timeout, self.follow(url))
             .await
@@ -162,7 +162,18 @@ impl Origin {
         })
     }
 
-    fn check(&self, url: &Url) -> Result<(), PolicyViolation> {
+    /// Applies the URL policy to `url` without any network I/O (no DNS either: hostnames are
+    /// checked when a fetch resolves them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Policy`].
+    pub fn check(&self, url: &str) -> Result<()> {
+        let url = policy::parse(url)?;
+        Ok(self.check_parsed(&url)?)
+    }
+
+    fn check_parsed(&self, url: &Url) -> Result<(), PolicyViolation> {
         let c = &self.config;
         policy::check_parsed_with(url, c.allow_internal, c.loopback_is_public)
     }
@@ -189,7 +200,7 @@ impl Origin {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|loc| url.join(loc).ok())
                     .ok_or(Error::BadRedirect)?;
-                self.check(&next)?;
+                self.check_parsed(&next)?;
                 if visited.contains(&next) {
                     return Err(Error::RedirectLoop);
                 }

@@ -1,1 +1,524 @@
-//! placeholder
+//! A fail-open shared cache of encoded image bytes on Redis Cluster or Dragonfly.
+//!
+//! Every worker of a fleet reads and writes the exact origin bytes of an image under a key
+//! compatible with the Python implementation in NVIDIA Dynamo
+//! (`dynamo:mm:image:{<sha256hex(identity)>}:bytes`), so each image is downloaded once per
+//! fleet. Operations never return an error: a read gives `Option<Bytes>`, writes and deletes
+//! give nothing; failures are counted, logged at debug, and warned about at most once a minute.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use mmcache_scope::CacheIdentity;
+//! use mmcache_shared_cache::{SharedCache, SharedCacheConfig, entry_key};
+//!
+//! let id = CacheIdentity::unscoped("https://example.com/img.png");
+//! assert_eq!(
+//!     entry_key(&id),
+//!     "dynamo:mm:image:{48af8a9eb0210270d41f09ff164d1314c0e3f35027d980ac92abb4320c80f2a0}:bytes"
+//! );
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Nothing listens on this port: the cache fails open.
+//! let mut config = SharedCacheConfig::new("redis://127.0.0.1:1");
+//! config.connect_timeout = Duration::from_millis(100);
+//! let cache = SharedCache::new(config).unwrap(); // no I/O here
+//! assert_eq!(cache.get(&id).await, None);
+//! cache.set(&id, bytes::Bytes::from_static(b"\x89PNG...")).await; // no error either
+//! assert_eq!(cache.stats().get_errors, 1);
+//! # }
+//! ```
+//!
+//! # Connection
+//!
+//! The configured URL is the discovery endpoint. The client connects on first use, in a
+//! background task, and a load waits for that attempt no longer than its own deadline. After
+//! a failed attempt the next one waits [`RECONNECT_BACKOFF`]. When every operation has failed
+//! for [`REDISCOVER_AFTER`], the connection is dropped and rebuilt through the URL, so a fleet
+//! recovers without restarts even after every node came back at a new address.
+//!
+//! One attempt per operation (no client retries); the connect timeout and the response
+//! timeout are separate, and each operation also runs under an overall deadline of both.
+
+mod error;
+pub mod metrics;
+mod warn;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mmcache_scope::CacheIdentity;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+
+pub use crate::error::{Error, FailureKind, Result};
+pub use crate::metrics::{GetOutcome, WriteOutcome};
+pub use crate::warn::{Clock, ManualClock, SystemClock};
+
+/// Default entry TTL (`DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+/// Default connect timeout (`DYN_MM_SHARED_IMAGE_CACHE_CONNECT_TIMEOUT_SECS`).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default response timeout (`DYN_MM_SHARED_IMAGE_CACHE_IO_TIMEOUT_SECS`).
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause after a failed connect before the next attempt.
+pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(250);
+/// After this long with nothing but failures, rediscover through the configured URL.
+pub const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
+/// Default cap on a stored value (`MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_BYTES`): larger
+/// values are not written, so one huge value cannot hold a node connection for everyone.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
+/// Interval between two failure warnings.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The Redis key of an identity: `dynamo:mm:image:{<sha256hex(identity)>}:bytes`. The whole
+/// digest is the hash tag, so related keys of one entry share its slot.
+pub fn entry_key(identity: &CacheIdentity) -> String {
+    format!("dynamo:mm:image:{{{}}}:bytes", identity.sha256_hex())
+}
+
+/// Settings of the shared cache.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SharedCacheConfig {
+    /// `redis://` or `rediss://` discovery endpoint, credentials included. Never logged.
+    pub url: String,
+    /// Entry TTL, whole seconds (rounded up). Default [`DEFAULT_TTL`].
+    pub ttl: Duration,
+    /// TCP/TLS connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
+    /// Response timeout of one operation. Default [`DEFAULT_IO_TIMEOUT`].
+    pub io_timeout: Duration,
+    /// Values larger than this are not written. Default [`DEFAULT_MAX_VALUE_BYTES`].
+    pub max_value_bytes: usize,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
+    pub tls_root_ca_pem: Option<Vec<u8>>,
+    /// The clock used for warning intervals and rediscovery (tests move it by hand).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SharedCacheConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCacheConfig")
+            .field("url", &"<redacted>")
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field(
+                "tls_root_ca_pem",
+                &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedCacheConfig {
+    /// Defaults for the given discovery URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            ttl: DEFAULT_TTL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            tls_root_ca_pem: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The longest any one operation may take: connect timeout plus response timeout.
+    pub fn op_deadline(&self) -> Duration {
+        self.connect_timeout + self.io_timeout
+    }
+}
+
+/// Counters of one cache instance (the `metrics` facade has the process-wide view).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedCacheStats {
+    /// GETs that found the entry.
+    pub get_hits: u64,
+    /// GETs that found nothing.
+    pub get_misses: u64,
+    /// GETs that failed.
+    pub get_errors: u64,
+    /// SETs written.
+    pub set_ok: u64,
+    /// SETs that failed.
+    pub set_errors: u64,
+    /// DELs done.
+    pub del_ok: u64,
+    /// DELs that failed.
+    pub del_errors: u64,
+    /// Warnings emitted (first failure, then at most one per minute).
+    pub warnings: u64,
+    /// Times the connection was rebuilt through the discovery URL.
+    pub rediscoveries: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    get_hits: AtomicU64,
+    get_misses: AtomicU64,
+    get_errors: AtomicU64,
+    set_ok: AtomicU64,
+    set_errors: AtomicU64,
+    del_ok: AtomicU64,
+    del_errors: AtomicU64,
+    warnings: AtomicU64,
+    rediscoveries: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Default)]
+struct ConnState {
+    conn: Option<ClusterConnection>,
+    connecting: bool,
+    last_failed_connect: Option<Instant>,
+    /// Start of the current run of failures with no success in between.
+    failing_since: Option<Instant>,
+}
+
+struct Inner {
+    client: ClusterClient,
+    config: SharedCacheConfig,
+    ttl_secs: u64,
+    state: Mutex<ConnState>,
+    connected: tokio::sync::watch::Sender<u64>,
+    warn: warn::WarnLimiter,
+    counters: Counters,
+}
+
+/// The shared cache client. Cheap to clone; all clones share one cluster connection.
+#[derive(Clone)]
+pub struct SharedCache {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SharedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCache")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_duration(name: &'static str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(Error::Duration { name });
+    }
+    Ok(())
+}
+
+impl SharedCache {
+    /// Validates the settings and builds the client. Does no I/O: the first operation connects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Scheme`], [`Error::InvalidUrl`], [`Error::Duration`] or [`Error::Tls`]. The
+    /// messages never echo the URL.
+    pub fn new(config: SharedCacheConfig) -> Result<Self> {
+        if !(config.url.starts_with("redis://") || config.url.starts_with("rediss://")) {
+            return Err(Error::Scheme);
+        }
+        check_duration("ttl", config.ttl)?;
+        check_duration("connect_timeout", config.connect_timeout)?;
+        check_duration("io_timeout", config.io_timeout)?;
+        install_crypto_provider();
+        let mut builder = ClusterClient::builder(vec![config.url.as_str()])
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.io_timeout)
+            .retries(0);
+        if let Some(pem) = &config.tls_root_ca_pem {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            });
+        }
+        let client = builder.build().map_err(|e| match e.kind() {
+            redis::ErrorKind::InvalidClientConfig if config.tls_root_ca_pem.is_some() => {
+                Error::Tls("root certificate or URL rejected".into())
+            }
+            _ => Error::InvalidUrl,
+        })?;
+        let ttl_secs = config.ttl.as_secs() + u64::from(config.ttl.subsec_nanos() > 0);
+        let warn = warn::WarnLimiter::new(config.clock.clone(), WARN_INTERVAL);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                ttl_secs,
+                state: Mutex::new(ConnState::default()),
+                connected: tokio::sync::watch::Sender::new(0),
+                warn,
+                counters: Counters::default(),
+                config,
+            }),
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &SharedCacheConfig {
+        &self.inner.config
+    }
+
+    /// Counters of this instance.
+    pub fn stats(&self) -> SharedCacheStats {
+        let c = &self.inner.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SharedCacheStats {
+            get_hits: load(&c.get_hits),
+            get_misses: load(&c.get_misses),
+            get_errors: load(&c.get_errors),
+            set_ok: load(&c.set_ok),
+            set_errors: load(&c.set_errors),
+            del_ok: load(&c.del_ok),
+            del_errors: load(&c.del_errors),
+            warnings: load(&c.warnings),
+            rediscoveries: load(&c.rediscoveries),
+        }
+    }
+
+    /// Connects now (bounded by the operation deadline) and says whether the cluster answered.
+    /// Optional: operations connect by themselves.
+    pub async fn connect(&self) -> bool {
+        let deadline = self.inner.config.op_deadline();
+        matches!(
+            tokio::time::timeout(deadline, self.connection()).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// The entry for `identity`, or `None` on a miss or any failure.
+    pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
+        self.get_with_outcome(identity).await.0
+    }
+
+    /// Like [`SharedCache::get`], also saying how it ended.
+    pub async fn get_with_outcome(&self, identity: &CacheIdentity) -> (Option<Bytes>, GetOutcome) {
+        let key = entry_key(identity);
+        let started = Instant::now();
+        let result = self
+            .run("get", |mut conn| async move {
+                redis::cmd("GET")
+                    .arg(&key)
+                    .query_async::<Option<Vec<u8>>>(&mut conn)
+                    .await
+            })
+            .await;
+        let c = &self.inner.counters;
+        let (value, outcome) = match result {
+            Ok(Some(v)) => {
+                bump(&c.get_hits);
+                (Some(Bytes::from(v)), GetOutcome::Hit)
+            }
+            Ok(None) => {
+                bump(&c.get_misses);
+                (None, GetOutcome::Miss)
+            }
+            Err(_) => {
+                bump(&c.get_errors);
+                (None, GetOutcome::Error)
+            }
+        };
+        metrics::record_get(outcome, value.as_ref().map(Bytes::len), started.elapsed());
+        (value, outcome)
+    }
+
+    /// Stores `bytes` for `identity` with the configured TTL (`SET key bytes EX ttl`).
+    /// Values over [`SharedCacheConfig::max_value_bytes`] are skipped.
+    pub async fn set(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
+        let len = bytes.len();
+        if len > self.inner.config.max_value_bytes {
+            metrics::record_skip("set", "too_large");
+            return WriteOutcome::Skipped;
+        }
+        let key = entry_key(identity);
+        let ttl = self.inner.ttl_secs;
+        let started = Instant::now();
+        let result = self
+            .run("set", |mut conn| async move {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&bytes[..])
+                    .arg("EX")
+                    .arg(ttl)
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await;
+        let outcome = match result {
+            Ok(()) => {
+                bump(&self.inner.counters.set_ok);
+                WriteOutcome::Success
+            }
+            Err(_) => {
+                bump(&self.inner.counters.set_errors);
+                WriteOutcome::Error
+            }
+        };
+        metrics::record_set(outcome, len, started.elapsed());
+        outcome
+    }
+
+    /// Deletes the entry for `identity` (used when a cached value fails to decode).
+    pub async fn delete(&self, identity: &CacheIdentity) -> WriteOutcome {
+        let key = entry_key(identity);
+        let result = self
+            .run("del", |mut conn| async move {
+                redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            })
+            .await;
+        let outcome = match result {
+            Ok(_) => {
+                bump(&self.inner.counters.del_ok);
+                WriteOutcome::Success
+            }
+            Err(_) => {
+                bump(&self.inner.counters.del_errors);
+                WriteOutcome::Error
+            }
+        };
+        metrics::record_delete(outcome);
+        outcome
+    }
+
+    /// Runs one operation: one attempt, under the overall deadline, failures accounted.
+    async fn run<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, FailureKind>
+    where
+        F: FnOnce(ClusterConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let attempt = async {
+            let conn = self.connection().await?;
+            f(conn).await.map_err(|e| FailureKind::of(&e))
+        };
+        let result = match tokio::time::timeout(self.inner.config.op_deadline(), attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(FailureKind::Timeout),
+        };
+        match result {
+            Ok(v) => {
+                self.on_success();
+                Ok(v)
+            }
+            Err(kind) => {
+                self.on_failure(op, kind);
+                Err(kind)
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ConnState> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn on_success(&self) {
+        let mut st = self.lock();
+        if st.failing_since.is_some() {
+            st.failing_since = None;
+        }
+    }
+
+    fn on_failure(&self, op: &'static str, kind: FailureKind) {
+        metrics::record_error(op, kind);
+        tracing::debug!(
+            op,
+            kind = kind.as_str(),
+            "shared image cache operation failed"
+        );
+        if let Some(count) = self.inner.warn.on_failure() {
+            bump(&self.inner.counters.warnings);
+            tracing::warn!(
+                failures = count,
+                kind = kind.as_str(),
+                "shared image cache unavailable; loads continue from the origin"
+            );
+        }
+        let now = self.inner.config.clock.now();
+        let mut st = self.lock();
+        let since = *st.failing_since.get_or_insert(now);
+        if st.conn.is_some() && now.duration_since(since) >= REDISCOVER_AFTER {
+            // Nothing has worked for a while: forget every node and rediscover through the URL.
+            st.conn = None;
+            st.failing_since = Some(now);
+            bump(&self.inner.counters.rediscoveries);
+            tracing::debug!("shared image cache: rediscovering through the configured URL");
+        }
+    }
+
+    /// The shared connection, connecting in the background when there is none.
+    async fn connection(&self) -> Result<ClusterConnection, FailureKind> {
+        let mut changed = self.inner.connected.subscribe();
+        {
+            let mut st = self.lock();
+            if let Some(conn) = &st.conn {
+                return Ok(conn.clone());
+            }
+            if !st.connecting {
+                let now = Instant::now();
+                if st
+                    .last_failed_connect
+                    .is_some_and(|t| now.duration_since(t) < RECONNECT_BACKOFF)
+                {
+                    return Err(FailureKind::Connect);
+                }
+                st.connecting = true;
+                self.spawn_connect();
+            }
+        }
+        // Wait for the attempt in progress; the caller's deadline bounds the wait.
+        let _ = changed.changed().await;
+        self.lock().conn.clone().ok_or(FailureKind::Connect)
+    }
+
+    fn spawn_connect(&self) {
+        let inner = self.inner.clone();
+        // Discovery: connect to the endpoint, read the slot map, connect to the masters.
+        let budget = inner.config.connect_timeout * 2 + inner.config.io_timeout * 2;
+        tokio::spawn(async move {
+            let result = tokio::time::timeout(budget, inner.client.get_async_connection()).await;
+            {
+                let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.connecting = false;
+                match result {
+                    Ok(Ok(conn)) => {
+                        st.conn = Some(conn);
+                        st.last_failed_connect = None;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(
+                            kind = FailureKind::of(&e).as_str(),
+                            "shared image cache connect failed"
+                        );
+                        st.last_failed_connect = Some(Instant::now());
+                    }
+                    Err(_) => {
+                        tracing::debug!("shared image cache connect timed out");
+                        st.last_failed_connect = Some(Instant::now());
+                    }
+                }
+            }
+            inner.connected.send_modify(|generation| *generation += 1);
+        });
+    }
+}
+
+/// Installs `ring` as the process-wide rustls provider unless one is installed already
+/// (the redis client's TLS needs a provider; this crate must not depend on the origin crate).
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: some provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

@@ -1,0 +1,451 @@
+//! Configuration from the environment (names and defaults of the Python implementation) and
+//! from the builder. A bad value is an error that names the variable and the value.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// Environment variable names.
+pub mod env {
+    /// `0` or `1`: use the shared cache. Default `0`.
+    pub const SHARED_ENABLED: &str = "DYN_MM_SHARED_IMAGE_CACHE_ENABLED";
+    /// `redis://` or `rediss://` discovery endpoint; required when enabled; never logged.
+    pub const SHARED_URL: &str = "DYN_MM_SHARED_IMAGE_CACHE_URL";
+    /// Entry TTL in whole seconds, > 0. Default 3600.
+    pub const SHARED_TTL_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS";
+    /// Connect timeout in seconds, finite, > 0. Default 0.1.
+    pub const SHARED_CONNECT_TIMEOUT_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_CONNECT_TIMEOUT_SECS";
+    /// Response timeout in seconds, finite, > 0. Default 2.0.
+    pub const SHARED_IO_TIMEOUT_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_IO_TIMEOUT_SECS";
+    /// Body cap in MiB, integer > 0. Default 64. Applies always.
+    pub const MAX_FILE_SIZE_MB: &str = "DYN_MM_MAX_FILE_SIZE_MB";
+    /// `0` or `1`: partition every cache by session scope. Default `0`.
+    pub const SESSION_SCOPED: &str = "DYN_MM_IMAGE_CACHE_SESSION_SCOPED";
+    /// `0` or `1`: allow `http://` and internal addresses. Default `0`.
+    pub const ALLOW_INTERNAL: &str = "DYN_MM_ALLOW_INTERNAL";
+    /// Entry cap of the decoded-image cache, integer >= 0 (`0` turns it off). Default: none.
+    pub const IMAGE_CACHE_SIZE: &str = "DYN_MM_IMAGE_CACHE_SIZE";
+    /// Byte budget of the decoded-image cache, integer >= 0. Default 1 GiB.
+    pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";
+    /// Pixel limit of one image, integer > 0. Default 100 000 000.
+    pub const MAX_PIXELS: &str = "MMCACHE_MAX_PIXELS";
+    /// Origin connect timeout in seconds, finite, > 0. Default 5.
+    pub const ORIGIN_CONNECT_TIMEOUT_SECS: &str = "MMCACHE_ORIGIN_CONNECT_TIMEOUT_SECS";
+    /// Overall origin fetch deadline in seconds, finite, > 0. Default 30.
+    pub const ORIGIN_TIMEOUT_SECS: &str = "MMCACHE_ORIGIN_TIMEOUT_SECS";
+    /// Path of a PEM file with the root CA to trust for `rediss://`. Default: system roots.
+    pub const SHARED_TLS_CA_FILE: &str = "MMCACHE_SHARED_IMAGE_CACHE_TLS_CA_FILE";
+    /// Largest value written to the shared cache, bytes, integer > 0. Default 16 MiB.
+    pub const SHARED_MAX_VALUE_BYTES: &str = "MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_BYTES";
+
+    /// Every variable read by [`crate::Config::from_env`].
+    pub const ALL: [&str; 15] = [
+        SHARED_ENABLED,
+        SHARED_URL,
+        SHARED_TTL_SECS,
+        SHARED_CONNECT_TIMEOUT_SECS,
+        SHARED_IO_TIMEOUT_SECS,
+        MAX_FILE_SIZE_MB,
+        SESSION_SCOPED,
+        ALLOW_INTERNAL,
+        IMAGE_CACHE_SIZE,
+        DECODED_CACHE_BYTES,
+        MAX_PIXELS,
+        ORIGIN_CONNECT_TIMEOUT_SECS,
+        ORIGIN_TIMEOUT_SECS,
+        SHARED_TLS_CA_FILE,
+        SHARED_MAX_VALUE_BYTES,
+    ];
+}
+
+/// Shared-cache settings.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedCacheSettings {
+    /// Whether loads use the shared cache. Default false.
+    pub enabled: bool,
+    /// Discovery URL (secret: never logged).
+    pub url: Option<String>,
+    /// Entry TTL. Default 3600 s.
+    pub ttl: Duration,
+    /// Connect timeout. Default 0.1 s.
+    pub connect_timeout: Duration,
+    /// Response timeout. Default 2.0 s.
+    pub io_timeout: Duration,
+    /// Largest value written. Default 16 MiB.
+    pub max_value_bytes: usize,
+    /// Root CA (PEM) for `rediss://`; `None` uses the system store.
+    pub tls_root_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for SharedCacheSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCacheSettings")
+            .field("enabled", &self.enabled)
+            .field("url", &self.url.as_ref().map(|_| "<redacted>"))
+            .field("ttl", &self.ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("max_value_bytes", &self.max_value_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SharedCacheSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            url: None,
+            ttl: mmcache_shared_cache::DEFAULT_TTL,
+            connect_timeout: mmcache_shared_cache::DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: mmcache_shared_cache::DEFAULT_IO_TIMEOUT,
+            max_value_bytes: mmcache_shared_cache::DEFAULT_MAX_VALUE_BYTES,
+            tls_root_ca_pem: None,
+        }
+    }
+}
+
+/// Everything a [`crate::Loader`] is configured with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// The shared cache.
+    pub shared: SharedCacheSettings,
+    /// Body cap in bytes (`DYN_MM_MAX_FILE_SIZE_MB` MiB). Default 64 MiB.
+    pub max_file_size_bytes: u64,
+    /// Partition caches by session scope. Default false.
+    pub session_scoped: bool,
+    /// Allow `http://` and internal addresses. Default false.
+    pub allow_internal: bool,
+    /// Decoded-cache byte budget. Default 1 GiB.
+    pub decoded_cache_bytes: u64,
+    /// Decoded-cache entry cap (`Some(0)` turns the cache off). Default none.
+    pub decoded_cache_entries: Option<usize>,
+    /// Pixel limit of one image. Default 100 MP.
+    pub max_pixels: u64,
+    /// Origin connect timeout. Default 5 s.
+    pub origin_connect_timeout: Duration,
+    /// Origin overall deadline. Default 30 s.
+    pub origin_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            shared: SharedCacheSettings::default(),
+            max_file_size_bytes: mmcache_origin::DEFAULT_MAX_BODY_BYTES,
+            session_scoped: false,
+            allow_internal: false,
+            decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
+            decoded_cache_entries: None,
+            max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
+            origin_connect_timeout: mmcache_origin::DEFAULT_CONNECT_TIMEOUT,
+            origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
+        }
+    }
+}
+
+impl Config {
+    /// Reads every variable of [`env`] from the process environment over the defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad variable and its value.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::from_env`] with a custom lookup (tests, or a config map). An empty or
+    /// blank value counts as unset.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad variable and its value.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mut c = Self::default();
+        if let Some(v) = get(env::SHARED_ENABLED) {
+            c.shared.enabled = parse_flag(env::SHARED_ENABLED, &v)?;
+        }
+        c.shared.url = get(env::SHARED_URL).map(|v| v.trim().to_owned());
+        if let Some(v) = get(env::SHARED_TTL_SECS) {
+            c.shared.ttl = Duration::from_secs(parse_positive_int(env::SHARED_TTL_SECS, &v)?);
+        }
+        if let Some(v) = get(env::SHARED_CONNECT_TIMEOUT_SECS) {
+            c.shared.connect_timeout = parse_secs(env::SHARED_CONNECT_TIMEOUT_SECS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_IO_TIMEOUT_SECS) {
+            c.shared.io_timeout = parse_secs(env::SHARED_IO_TIMEOUT_SECS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_MAX_VALUE_BYTES) {
+            let n = parse_positive_int(env::SHARED_MAX_VALUE_BYTES, &v)?;
+            c.shared.max_value_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(path) = get(env::SHARED_TLS_CA_FILE) {
+            let pem = std::fs::read(path.trim()).map_err(|e| ConfigError::File {
+                name: env::SHARED_TLS_CA_FILE,
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            c.shared.tls_root_ca_pem = Some(pem);
+        }
+        if let Some(v) = get(env::MAX_FILE_SIZE_MB) {
+            let mib = parse_positive_int(env::MAX_FILE_SIZE_MB, &v)?;
+            c.max_file_size_bytes = mib.checked_mul(1024 * 1024).ok_or_else(|| {
+                ConfigError::invalid(env::MAX_FILE_SIZE_MB, &v, "an integer number of MiB > 0")
+            })?;
+        }
+        if let Some(v) = get(env::SESSION_SCOPED) {
+            c.session_scoped = parse_flag(env::SESSION_SCOPED, &v)?;
+        }
+        if let Some(v) = get(env::ALLOW_INTERNAL) {
+            c.allow_internal = parse_flag(env::ALLOW_INTERNAL, &v)?;
+        }
+        if let Some(v) = get(env::IMAGE_CACHE_SIZE) {
+            let n = parse_int(env::IMAGE_CACHE_SIZE, &v, "an integer >= 0")?;
+            c.decoded_cache_entries = Some(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        if let Some(v) = get(env::DECODED_CACHE_BYTES) {
+            c.decoded_cache_bytes = parse_int(env::DECODED_CACHE_BYTES, &v, "an integer >= 0")?;
+        }
+        if let Some(v) = get(env::MAX_PIXELS) {
+            c.max_pixels = parse_positive_int(env::MAX_PIXELS, &v)?;
+        }
+        if let Some(v) = get(env::ORIGIN_CONNECT_TIMEOUT_SECS) {
+            c.origin_connect_timeout = parse_secs(env::ORIGIN_CONNECT_TIMEOUT_SECS, &v)?;
+        }
+        if let Some(v) = get(env::ORIGIN_TIMEOUT_SECS) {
+            c.origin_timeout = parse_secs(env::ORIGIN_TIMEOUT_SECS, &v)?;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the rules that span settings (and builder-set values).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations = [
+            (env::SHARED_TTL_SECS, self.shared.ttl),
+            (
+                env::SHARED_CONNECT_TIMEOUT_SECS,
+                self.shared.connect_timeout,
+            ),
+            (env::SHARED_IO_TIMEOUT_SECS, self.shared.io_timeout),
+            (
+                env::ORIGIN_CONNECT_TIMEOUT_SECS,
+                self.origin_connect_timeout,
+            ),
+            (env::ORIGIN_TIMEOUT_SECS, self.origin_timeout),
+        ];
+        for (name, d) in durations {
+            if d.is_zero() {
+                return Err(ConfigError::invalid(name, "0", "a duration > 0"));
+            }
+        }
+        if self.max_file_size_bytes == 0 {
+            return Err(ConfigError::invalid(
+                env::MAX_FILE_SIZE_MB,
+                "0",
+                "an integer > 0",
+            ));
+        }
+        if self.max_pixels == 0 {
+            return Err(ConfigError::invalid(env::MAX_PIXELS, "0", "an integer > 0"));
+        }
+        if self.shared.enabled && self.shared.url.is_none() {
+            return Err(ConfigError::MissingCacheUrl);
+        }
+        Ok(())
+    }
+}
+
+fn parse_flag(name: &'static str, v: &str) -> Result<bool, ConfigError> {
+    match v.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(ConfigError::invalid(name, v, "0 or 1")),
+    }
+}
+
+fn parse_int(name: &'static str, v: &str, expected: &'static str) -> Result<u64, ConfigError> {
+    let t = v.trim();
+    // Digits only: no sign, no exponent, no fraction.
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ConfigError::invalid(name, v, expected));
+    }
+    t.parse::<u64>()
+        .map_err(|_| ConfigError::invalid(name, v, expected))
+}
+
+fn parse_positive_int(name: &'static str, v: &str) -> Result<u64, ConfigError> {
+    match parse_int(name, v, "an integer > 0")? {
+        0 => Err(ConfigError::invalid(name, v, "an integer > 0")),
+        n => Ok(n),
+    }
+}
+
+fn parse_secs(name: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    const EXPECTED: &str = "a finite number of seconds > 0";
+    let secs: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError::invalid(name, v, EXPECTED))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(ConfigError::invalid(name, v, EXPECTED));
+    }
+    let d =
+        Duration::try_from_secs_f64(secs).map_err(|_| ConfigError::invalid(name, v, EXPECTED))?;
+    if d.is_zero() {
+        return Err(ConfigError::invalid(name, v, EXPECTED));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_design() {
+        let c = with(&[]).unwrap();
+        assert!(!c.shared.enabled);
+        assert_eq!(c.shared.ttl, Duration::from_secs(3600));
+        assert_eq!(c.shared.connect_timeout, Duration::from_millis(100));
+        assert_eq!(c.shared.io_timeout, Duration::from_secs(2));
+        assert_eq!(c.max_file_size_bytes, 64 << 20);
+        assert!(!c.session_scoped && !c.allow_internal);
+        assert_eq!(c.decoded_cache_entries, None);
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn good_values() {
+        let c = with(&[
+            (env::SHARED_ENABLED, "1"),
+            (env::SHARED_URL, "redis://cache:6379"),
+            (env::SHARED_TTL_SECS, "60"),
+            (env::SHARED_CONNECT_TIMEOUT_SECS, "0.25"),
+            (env::SHARED_IO_TIMEOUT_SECS, " 1.5 "),
+            (env::MAX_FILE_SIZE_MB, "8"),
+            (env::SESSION_SCOPED, "1"),
+            (env::ALLOW_INTERNAL, "1"),
+            (env::IMAGE_CACHE_SIZE, "0"),
+            (env::DECODED_CACHE_BYTES, "1048576"),
+            (env::MAX_PIXELS, "1000"),
+            (env::ORIGIN_TIMEOUT_SECS, "3"),
+        ])
+        .unwrap();
+        assert!(c.shared.enabled && c.session_scoped && c.allow_internal);
+        assert_eq!(c.shared.url.as_deref(), Some("redis://cache:6379"));
+        assert_eq!(c.shared.ttl, Duration::from_secs(60));
+        assert_eq!(c.shared.connect_timeout, Duration::from_millis(250));
+        assert_eq!(c.shared.io_timeout, Duration::from_millis(1500));
+        assert_eq!(c.max_file_size_bytes, 8 << 20);
+        assert_eq!(c.decoded_cache_entries, Some(0));
+        assert_eq!(c.decoded_cache_bytes, 1 << 20);
+        assert_eq!(c.max_pixels, 1000);
+        assert_eq!(c.origin_timeout, Duration::from_secs(3));
+        // Blank counts as unset.
+        assert_eq!(
+            with(&[(env::SHARED_TTL_SECS, "  ")]).unwrap().shared.ttl,
+            Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn every_bad_value_names_its_variable_and_value() {
+        let flags = [
+            env::SHARED_ENABLED,
+            env::SESSION_SCOPED,
+            env::ALLOW_INTERNAL,
+        ];
+        let flag_bad = ["2", "true", "yes", "-1", "01", "1.0", "on"];
+        let ints = [
+            env::SHARED_TTL_SECS,
+            env::MAX_FILE_SIZE_MB,
+            env::MAX_PIXELS,
+            env::SHARED_MAX_VALUE_BYTES,
+        ];
+        let int_bad = [
+            "0",
+            "-1",
+            "1.5",
+            "abc",
+            "1e3",
+            "+5",
+            "nan",
+            "99999999999999999999999",
+        ];
+        let zero_ok_ints = [env::IMAGE_CACHE_SIZE, env::DECODED_CACHE_BYTES];
+        let zero_ok_bad = ["-1", "1.5", "x", "inf"];
+        let secs = [
+            env::SHARED_CONNECT_TIMEOUT_SECS,
+            env::SHARED_IO_TIMEOUT_SECS,
+            env::ORIGIN_CONNECT_TIMEOUT_SECS,
+            env::ORIGIN_TIMEOUT_SECS,
+        ];
+        let secs_bad = [
+            "0", "-0.1", "nan", "NaN", "inf", "-inf", "1e400", "abc", "1e-12", "0x10",
+        ];
+        let mut cases = Vec::new();
+        for n in flags {
+            for v in flag_bad {
+                cases.push((n, v));
+            }
+        }
+        for n in ints {
+            for v in int_bad {
+                cases.push((n, v));
+            }
+        }
+        for n in zero_ok_ints {
+            for v in zero_ok_bad {
+                cases.push((n, v));
+            }
+        }
+        for n in secs {
+            for v in secs_bad {
+                cases.push((n, v));
+            }
+        }
+        for (name, value) in cases {
+            let err = with(&[(name, value)]).expect_err(&format!("{name}={value} must fail"));
+            let msg = err.to_string();
+            assert!(msg.contains(name), "{msg}");
+            assert!(msg.contains(value.trim()), "{msg}");
+            assert!(matches!(err, ConfigError::Invalid { .. }));
+        }
+    }
+
+    #[test]
+    fn url_rules_and_secrecy() {
+        assert_eq!(
+            with(&[(env::SHARED_ENABLED, "1")]),
+            Err(ConfigError::MissingCacheUrl)
+        );
+        // A URL is kept out of Debug output.
+        let c = with(&[(env::SHARED_URL, "redis://:hunter2@cache:6379")]).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let err = with(&[(env::SHARED_TLS_CA_FILE, "/nonexistent/ca.pem")]).unwrap_err();
+        assert!(err.to_string().contains(env::SHARED_TLS_CA_FILE));
+    }
+
+    #[test]
+    fn hostile_values_are_truncated_in_messages() {
+        let long = "x".repeat(10_000);
+        let err = with(&[(env::MAX_PIXELS, &long)]).unwrap_err();
+        assert!(err.to_string().len() < 300);
+    }
+}

@@ -1,0 +1,154 @@
+//! Typed errors of the loader: configuration errors and load errors.
+
+use std::sync::Arc;
+
+pub use mmcache_decode::Error as DecodeError;
+pub use mmcache_origin::Error as OriginError;
+
+/// A result with the load [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A start-up configuration error. It names the variable (or builder setting) and, except for
+/// URLs, the value it got.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// An environment variable or setting holds a value outside its rule.
+    #[error("{name}={value:?} is invalid: expected {expected}")]
+    Invalid {
+        /// The variable or setting name.
+        name: &'static str,
+        /// The value it got (truncated to 64 characters).
+        value: String,
+        /// The rule.
+        expected: &'static str,
+    },
+    /// The shared cache is enabled but has no URL.
+    #[error("DYN_MM_SHARED_IMAGE_CACHE_URL is required when DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1")]
+    MissingCacheUrl,
+    /// The shared-cache URL or its TLS setup was refused (the URL is never echoed).
+    #[error("DYN_MM_SHARED_IMAGE_CACHE_URL: {0}")]
+    SharedCache(#[from] mmcache_shared_cache::Error),
+    /// A file named by a variable could not be read.
+    #[error("{name}: cannot read {path}: {reason}")]
+    File {
+        /// The variable name.
+        name: &'static str,
+        /// The path it named.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("origin client: {0}")]
+    Origin(String),
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(name: &'static str, value: &str, expected: &'static str) -> Self {
+        let value: String = value.chars().take(64).collect();
+        Self::Invalid {
+            name,
+            value,
+            expected,
+        }
+    }
+}
+
+/// Why a `data:` URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataUrlError {
+    /// No comma between the header and the payload.
+    #[error("data URL has no payload")]
+    Malformed,
+    /// The media type is not `image/*`.
+    #[error("data URL media type is not an image")]
+    NotImage,
+    /// The `;base64` marker is missing.
+    #[error("data URL is not base64-encoded")]
+    NotBase64,
+    /// The payload is not strict base64.
+    #[error("data URL payload is not valid base64")]
+    BadBase64,
+    /// The payload decodes to more bytes than the size cap.
+    #[error("data URL payload exceeds the {limit}-byte limit")]
+    TooLarge {
+        /// The cap in bytes.
+        limit: u64,
+    },
+}
+
+/// A failed load. Cloneable, because every waiter of a joined load gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The origin (or the URL policy) refused or failed the download.
+    #[error(transparent)]
+    Origin(#[from] OriginError),
+    /// The bytes are not a supported image, or exceed a limit.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A bad `data:` URL.
+    #[error("invalid data URL: {0}")]
+    DataUrl(#[from] DataUrlError),
+    /// Several loads of a batch failed; none of them with an origin status or a policy error.
+    #[error("{} of the batch's loads failed: {}", .0.len(), summary(.0))]
+    Batch(Arc<[(usize, Error)]>),
+    /// The load task died (a bug): reported, never cached.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn summary(failures: &[(usize, Error)]) -> String {
+    failures
+        .iter()
+        .map(|(i, e)| format!("#{i}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Error {
+    /// An HTTP status a worker can return: the origin's status as is, timeout 408, connection
+    /// failure 400, unsupported or invalid image 415, too large or too many pixels 413, URL
+    /// policy 400/403, bad data URL 400.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Origin(e) => e.http_status(),
+            Self::Decode(e) => e.http_status(),
+            Self::DataUrl(DataUrlError::TooLarge { .. }) => 413,
+            Self::DataUrl(DataUrlError::NotImage) => 415,
+            Self::DataUrl(_) => 400,
+            Self::Batch(failures) => failures.first().map_or(500, |(_, e)| e.http_status()),
+            Self::Internal(_) => 500,
+        }
+    }
+
+    /// True for origin timeouts.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Origin(e) if e.is_timeout())
+    }
+
+    /// True for size and pixel limits.
+    pub fn is_too_large(&self) -> bool {
+        match self {
+            Self::Origin(e) => e.is_too_large(),
+            Self::Decode(e) => e.is_too_large(),
+            Self::DataUrl(DataUrlError::TooLarge { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// True when the URL policy refused the URL or a redirect.
+    pub fn is_policy(&self) -> bool {
+        matches!(self, Self::Origin(e) if e.is_policy())
+    }
+
+    /// The origin's own HTTP status, when it answered with an error status.
+    pub fn origin_status(&self) -> Option<u16> {
+        match self {
+            Self::Origin(e) => e.origin_status(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Metric names of the loader, and the histogram buckets to apply where an exporter is built.
+//!
+//! The library records through the `metrics` facade and never installs an exporter. Install
+//! your recorder **before** building a [`crate::Loader`]: the hot-path counters are resolved
+//! once, at build time. No label ever holds a URL, a key or a scope.
+
+pub use mmcache_shared_cache::metrics as shared_cache;
+
+/// Loads by `source` (`memory`, `inflight`, `shared`, `origin`, `data`) and `outcome`
+/// (`ok`, `error`).
+pub const LOADS: &str = "mmcache_loads_total";
+/// Duration of loads that missed the decoded cache; label `source`.
+pub const LOAD_DURATION: &str = "mmcache_load_duration_seconds";
+/// Origin fetch duration; label `outcome` (`ok`, `error`).
+pub const ORIGIN_FETCH_DURATION: &str = "mmcache_origin_fetch_duration_seconds";
+/// Bytes downloaded from origins.
+pub const ORIGIN_FETCH_BYTES: &str = "mmcache_origin_fetch_bytes_total";
+/// Decode duration; label `format`.
+pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
+/// Loads that bypassed every cache; label `reason` (`no_scope`).
+pub const BYPASSES: &str = "mmcache_cache_bypass_total";
+/// Shared-cache values that did not decode and were deleted.
+pub const SHARED_CORRUPT: &str = "mmcache_shared_cache_corrupt_total";
+/// Decoded-cache entries (gauge).
+pub const DECODED_CACHE_ENTRIES: &str = "mmcache_decoded_cache_entries";
+/// Decoded-cache weighed bytes (gauge).
+pub const DECODED_CACHE_BYTES: &str = "mmcache_decoded_cache_bytes";
+
+/// Buckets for the loader's duration histograms, in seconds (100 µs to 30 s).
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0, 30.0,
+];
+
+/// Every histogram with the buckets it should get, for the exporter's builder:
+///
+/// ```
+/// for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
+///     assert!(!buckets.is_empty(), "{name}");
+/// }
+/// ```
+pub fn histogram_buckets() -> Vec<(&'static str, &'static [f64])> {
+    let mut out: Vec<(&'static str, &'static [f64])> = vec![
+        (LOAD_DURATION, &DURATION_BUCKETS),
+        (ORIGIN_FETCH_DURATION, &DURATION_BUCKETS),
+        (DECODE_DURATION, &DURATION_BUCKETS),
+    ];
+    for name in shared_cache::HISTOGRAMS {
+        out.push((name, &shared_cache::LATENCY_BUCKETS));
+    }
+    out
+}
+
+/// Registers descriptions of every loader and shared-cache metric with the installed recorder.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(LOADS, "Image loads by source and outcome");
+    describe_histogram!(
+        LOAD_DURATION,
+        Unit::Seconds,
+        "Duration of loads that missed the decoded cache"
+    );
+    describe_histogram!(
+        ORIGIN_FETCH_DURATION,
+        Unit::Seconds,
+        "Origin download duration"
+    );
+    describe_counter!(
+        ORIGIN_FETCH_BYTES,
+        Unit::Bytes,
+        "Bytes downloaded from origins"
+    );
+    describe_histogram!(DECODE_DURATION, Unit::Seconds, "Image decode duration");
+    describe_counter!(BYPASSES, "Loads that bypassed every cache");
+    describe_counter!(
+        SHARED_CORRUPT,
+        "Shared-cache values that failed to decode and were deleted"
+    );
+    describe_gauge!(DECODED_CACHE_ENTRIES, "Entries in the decoded-image cache");
+    describe_gauge!(
+        DECODED_CACHE_BYTES,
+        Unit::Bytes,
+        "Weighed bytes in the decoded-image cache"
+    );
+    describe_histogram!(
+        shared_cache::GET_DURATION,
+        Unit::Seconds,
+        "Shared image cache GET latency"
+    );
+    describe_histogram!(
+        shared_cache::SET_DURATION,
+        Unit::Seconds,
+        "Shared image cache SET latency"
+    );
+    describe_counter!(shared_cache::DELETES, "Shared image cache DELs by outcome");
+    describe_counter!(
+        shared_cache::ERRORS,
+        "Shared image cache failures by operation and kind"
+    );
+    describe_counter!(
+        shared_cache::SKIPPED,
+        "Shared image cache operations not attempted"
+    );
+}

@@ -1,0 +1,72 @@
+//! Typed errors of the shared cache. Only configuration can fail: operations fail open.
+
+/// A result with the shared-cache [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A configuration error, found by [`crate::SharedCache::new`] before any I/O.
+/// Messages never contain the cache URL (it may hold a password).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL does not start with `redis://` or `rediss://`.
+    #[error("shared cache URL must start with redis:// or rediss://")]
+    Scheme,
+    /// The URL could not be parsed by the client (details withheld: they would echo it).
+    #[error("shared cache URL is invalid")]
+    InvalidUrl,
+    /// A timeout or TTL that is zero, negative or not finite.
+    #[error("{name} must be a finite duration greater than zero")]
+    Duration {
+        /// Which setting.
+        name: &'static str,
+    },
+    /// The TLS root certificate could not be used.
+    #[error("shared cache TLS setup failed: {0}")]
+    Tls(String),
+}
+
+/// What kind of failure an operation met; a metric label (`kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// Connect or response timeout, or the overall deadline.
+    Timeout,
+    /// No connection: refused, dropped, not connected yet.
+    Connect,
+    /// A cluster-level reply: CLUSTERDOWN, MOVED/ASK storms, TRYAGAIN, no node for a slot.
+    Cluster,
+    /// Anything else: protocol oddities, unexpected replies, server errors.
+    Other,
+}
+
+impl FailureKind {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Connect => "connect",
+            Self::Cluster => "cluster",
+            Self::Other => "other",
+        }
+    }
+
+    pub(crate) fn of(e: &redis::RedisError) -> Self {
+        use redis::ErrorKind;
+        if e.is_timeout() {
+            Self::Timeout
+        } else if e.is_cluster_error()
+            || matches!(
+                e.kind(),
+                ErrorKind::ClusterConnectionNotFound
+                    | ErrorKind::Server(redis::ServerErrorKind::CrossSlot)
+                    | ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+            )
+        {
+            Self::Cluster
+        } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+            Self::Connect
+        } else {
+            Self::Other
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Metric names, labels and buckets, compatible with the Python implementation.
+//!
+//! The library records through the `metrics` facade and never installs an exporter. Labels
+//! never hold a URL, a key or a scope.
+
+use std::time::Duration;
+
+/// GET latency histogram; labels `outcome` (`hit`, `miss`, `error`) and `size_bucket`.
+pub const GET_DURATION: &str = "dynamo_component_image_shared_cache_get_duration_seconds";
+/// SET latency histogram; labels `outcome` (`success`, `error`) and `size_bucket`.
+pub const SET_DURATION: &str = "dynamo_component_image_shared_cache_set_duration_seconds";
+/// DEL counter; label `outcome` (`success`, `error`).
+pub const DELETES: &str = "mmcache_shared_cache_deletes_total";
+/// Failure counter; labels `op` (`get`, `set`, `del`, ...) and `kind` (`timeout`, `connect`,
+/// `cluster`, `other`).
+pub const ERRORS: &str = "mmcache_shared_cache_errors_total";
+/// Operations not attempted; labels `op` and `reason` (`breaker_open`, `too_large`).
+pub const SKIPPED: &str = "mmcache_shared_cache_skipped_total";
+
+/// Latency buckets in seconds, 1 ms to 4 s. Apply them where the exporter is built.
+pub const LATENCY_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0,
+];
+
+/// Names of the histograms that take [`LATENCY_BUCKETS`].
+pub const HISTOGRAMS: [&str; 2] = [GET_DURATION, SET_DURATION];
+
+/// The `size_bucket` label of a value of `len` bytes (inclusive upper bounds).
+pub fn size_bucket(len: Option<usize>) -> &'static str {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * KIB;
+    match len {
+        None => "unknown",
+        Some(n) if n <= 64 * KIB => "le_64kib",
+        Some(n) if n <= 256 * KIB => "le_256kib",
+        Some(n) if n <= MIB => "le_1mib",
+        Some(n) if n <= 4 * MIB => "le_4mib",
+        Some(n) if n <= 16 * MIB => "le_16mib",
+        Some(n) if n <= 32 * MIB => "le_32mib",
+        Some(_) => "gt_32mib",
+    }
+}
+
+/// How a GET ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GetOutcome {
+    /// The entry was there.
+    Hit,
+    /// No entry.
+    Miss,
+    /// The operation failed (and the load went on without the cache).
+    Error,
+    /// Not attempted (circuit breaker open).
+    Skipped,
+}
+
+impl GetOutcome {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Miss => "miss",
+            Self::Error => "error",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+/// How a SET or DEL ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriteOutcome {
+    /// Written (or deleted).
+    Success,
+    /// The operation failed.
+    Error,
+    /// Not attempted (breaker open, value over the size cap, write queue full).
+    Skipped,
+}
+
+impl WriteOutcome {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+pub(crate) fn record_get(outcome: GetOutcome, len: Option<usize>, elapsed: Duration) {
+    if outcome == GetOutcome::Skipped {
+        return;
+    }
+    let bucket = if outcome == GetOutcome::Hit {
+        size_bucket(len)
+    } else {
+        "unknown"
+    };
+    metrics::histogram!(GET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
+        .record(elapsed.as_secs_f64());
+}
+
+pub(crate) fn record_set(outcome: WriteOutcome, len: usize, elapsed: Duration) {
+    if outcome == WriteOutcome::Skipped {
+        return;
+    }
+    metrics::histogram!(SET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => size_bucket(Some(len)))
+        .record(elapsed.as_secs_f64());
+}
+
+pub(crate) fn record_delete(outcome: WriteOutcome) {
+    metrics::counter!(DELETES, "outcome" => outcome.as_str()).increment(1);
+}
+
+pub(crate) fn record_error(op: &'static str, kind: crate::FailureKind) {
+    metrics::counter!(ERRORS, "op" => op, "kind" => kind.as_str()).increment(1);
+}
+
+pub(crate) fn record_skip(op: &'static str, reason: &'static str) {
+    metrics::counter!(SKIPPED, "op" => op, "reason" => reason).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_buckets_have_inclusive_bounds() {
+        const KIB: usize = 1024;
+        let cases = [
+            (None, "unknown"),
+            (Some(0), "le_64kib"),
+            (Some(64 * KIB), "le_64kib"),
+            (Some(64 * KIB + 1), "le_256kib"),
+            (Some(256 * KIB), "le_256kib"),
+            (Some(1024 * KIB), "le_1mib"),
+            (Some(1024 * KIB + 1), "le_4mib"),
+            (Some(4 * 1024 * KIB), "le_4mib"),
+            (Some(16 * 1024 * KIB), "le_16mib"),
+            (Some(32 * 1024 * KIB), "le_32mib"),
+            (Some(32 * 1024 * KIB + 1), "gt_32mib"),
+        ];
+        for (len, want) in cases {
+            assert_eq!(size_bucket(len), want, "{len:?}");
+        }
+    }
+
+    #[test]
+    fn buckets_span_1ms_to_4s() {
+        assert_eq!(LATENCY_BUCKETS.first(), Some(&0.001));
+        assert_eq!(LATENCY_BUCKETS.last(), Some(&4.0));
+        assert!(LATENCY_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
+}
