@@ -12,8 +12,10 @@
 //! assert_eq!(origin.hits("/cat.png"), 0);
 //! ```
 
+pub mod forward;
 pub mod images;
 pub mod origin;
+pub mod redis;
 
 /// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing
 /// server is a failure, never a skip.

@@ -1,0 +1,316 @@
+//! The shared cache against real Redis Cluster processes on loopback.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mmcache_scope::{CacheIdentity, Scope};
+use mmcache_shared_cache::{
+    GetOutcome, ManualClock, SharedCache, SharedCacheConfig, WriteOutcome, entry_key,
+};
+use mmcache_test_support::forward::Forwarder;
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
+
+fn cache(url: String) -> SharedCache {
+    let mut c = SharedCacheConfig::new(url);
+    c.connect_timeout = Duration::from_millis(200);
+    c.io_timeout = Duration::from_millis(500);
+    SharedCache::new(c).unwrap()
+}
+
+fn id(n: usize) -> CacheIdentity {
+    CacheIdentity::unscoped(&format!("https://example.com/img-{n}.png"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_on_a_three_master_cluster() {
+    if !require_redis("round_trip_on_a_three_master_cluster") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let mut config = SharedCacheConfig::new(cluster.url());
+    config.ttl = Duration::from_secs(77);
+    let cache = SharedCache::new(config).unwrap();
+    assert!(cache.connect().await);
+    // Keys spread over every master: all must work through one connection.
+    for n in 0..30 {
+        let value = Bytes::from(format!("value-{n}").repeat(n + 1));
+        assert_eq!(cache.get_with_outcome(&id(n)).await.1, GetOutcome::Miss);
+        assert_eq!(
+            cache.set(&id(n), value.clone()).await,
+            WriteOutcome::Success
+        );
+        assert_eq!(cache.get(&id(n)).await, Some(value));
+    }
+    // Exact bytes and the configured TTL, seen by another client.
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    cache.set(&id(1000), Bytes::from(binary.clone())).await;
+    let key = entry_key(&id(1000));
+    assert_eq!(cluster.get_raw(&key).unwrap(), Some(binary));
+    let ttl: i64 = cluster
+        .cli_cluster(&["TTL", &key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((70..=77).contains(&ttl), "ttl {ttl}");
+    // A GET hit does not refresh the TTL.
+    cluster.cli_cluster(&["EXPIRE", &key, "20"]).unwrap();
+    assert!(cache.get(&id(1000)).await.is_some());
+    let ttl: i64 = cluster
+        .cli_cluster(&["TTL", &key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl <= 20, "ttl {ttl}");
+    // DEL.
+    assert_eq!(cache.delete(&id(1000)).await, WriteOutcome::Success);
+    assert_eq!(cluster.get_raw(&key).unwrap(), None);
+    let s = cache.stats();
+    assert_eq!(
+        (s.get_hits, s.get_errors, s.set_errors, s.del_ok),
+        (31, 0, 0, 1)
+    );
+}
+
+#[tokio::test]
+async fn python_compatible_keys_and_values() {
+    if !require_redis("python_compatible_keys_and_values") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let cache = cache(cluster.url());
+    // Written by another client at the documented key: a hit for us.
+    let url = "https://example.com/img.png";
+    let python_key =
+        "dynamo:mm:image:{48af8a9eb0210270d41f09ff164d1314c0e3f35027d980ac92abb4320c80f2a0}:bytes";
+    cluster
+        .set_raw(python_key, b"\x89PNG python bytes", Some(3600))
+        .unwrap();
+    assert_eq!(
+        cache.get(&CacheIdentity::unscoped(url)).await.as_deref(),
+        Some(&b"\x89PNG python bytes"[..])
+    );
+    // Our scoped write lands at the documented scoped key.
+    let scoped = CacheIdentity::scoped(&Scope::new("session-a").unwrap(), url);
+    cache.set(&scoped, Bytes::from_static(b"rust bytes")).await;
+    let scoped_key =
+        "dynamo:mm:image:{0895b8e0928cf6a3a67afb3c3b31407b6ff56e8130ad550729782f8465e15fc0}:bytes";
+    assert_eq!(
+        cluster.get_raw(scoped_key).unwrap().as_deref(),
+        Some(&b"rust bytes"[..])
+    );
+}
+
+#[tokio::test]
+async fn failures_fail_open_and_warnings_are_rate_limited() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let clock = Arc::new(ManualClock::default());
+    let mut config = SharedCacheConfig::new(format!("redis://127.0.0.1:{port}"));
+    config.clock = clock.clone();
+    let cache = SharedCache::new(config).unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        cache.get_with_outcome(&id(1)).await,
+        (None, GetOutcome::Error)
+    );
+    assert_eq!(
+        cache.set(&id(1), Bytes::from_static(b"x")).await,
+        WriteOutcome::Error
+    );
+    assert_eq!(cache.delete(&id(1)).await, WriteOutcome::Error);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused connections fail fast"
+    );
+    assert_eq!(cache.stats().warnings, 1, "the first failure warns at once");
+    for _ in 0..20 {
+        cache.get(&id(2)).await;
+    }
+    assert_eq!(cache.stats().warnings, 1, "then nothing within the minute");
+    clock.advance(Duration::from_secs(61));
+    cache.get(&id(3)).await;
+    assert_eq!(cache.stats().warnings, 2, "one more after a minute");
+    let s = cache.stats();
+    assert_eq!((s.get_errors, s.set_errors, s.del_errors), (22, 1, 1));
+}
+
+#[tokio::test]
+async fn bad_config_is_refused_without_echoing_the_url() {
+    let err = SharedCache::new(SharedCacheConfig::new("http://user:secret@host:6379")).unwrap_err();
+    assert!(!err.to_string().contains("secret"));
+    let mut c = SharedCacheConfig::new("redis://127.0.0.1:6379");
+    c.io_timeout = Duration::ZERO;
+    assert!(SharedCache::new(c).is_err());
+    let c = SharedCacheConfig::new("redis://:secret@127.0.0.1:6379");
+    assert!(!format!("{c:?}").contains("secret"));
+}
+
+#[tokio::test]
+async fn cluster_down_at_start_is_picked_up_later() {
+    if !require_redis("cluster_down_at_start_is_picked_up_later") {
+        return;
+    }
+    let mut cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let url = cluster.url();
+    cluster.kill_all();
+    let cache = cache(url);
+    assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Error);
+    for i in 0..cluster.nodes.len() {
+        cluster.restart(i).unwrap();
+    }
+    cluster.wait_ok(Duration::from_secs(30)).unwrap();
+    // Bounded wait for the cache to come back (reconnect backoff is 250 ms).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut outcome = GetOutcome::Error;
+    while Instant::now() < deadline {
+        outcome = cache.get_with_outcome(&id(1)).await.1;
+        if outcome == GetOutcome::Miss {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(outcome, GetOutcome::Miss);
+    assert_eq!(
+        cache.set(&id(1), Bytes::from_static(b"v")).await,
+        WriteOutcome::Success
+    );
+}
+
+#[tokio::test]
+async fn single_node_cluster_like_dragonfly() {
+    if !require_redis("single_node_cluster_like_dragonfly") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions {
+        masters: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let cache = cache(cluster.url());
+    for n in 0..10 {
+        cache.set(&id(n), Bytes::from(vec![n as u8; 100])).await;
+        assert_eq!(
+            cache.get(&id(n)).await,
+            Some(Bytes::from(vec![n as u8; 100]))
+        );
+    }
+}
+
+#[tokio::test]
+async fn tls_cluster_round_trip() {
+    if !require_redis("tls_cluster_round_trip") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions {
+        tls: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(cluster.url().starts_with("rediss://"));
+    let mut config = SharedCacheConfig::new(cluster.url());
+    config.tls_root_ca_pem = cluster.ca_pem();
+    config.connect_timeout = Duration::from_secs(1);
+    let cache = SharedCache::new(config).unwrap();
+    cache.set(&id(7), Bytes::from_static(b"over tls")).await;
+    assert_eq!(cache.get(&id(7)).await.as_deref(), Some(&b"over tls"[..]));
+    // Without our CA the server is not trusted: fail open.
+    let untrusted = cache_with_url(cluster.url());
+    assert_eq!(
+        untrusted.get_with_outcome(&id(7)).await.1,
+        GetOutcome::Error
+    );
+}
+
+fn cache_with_url(url: String) -> SharedCache {
+    cache(url)
+}
+
+#[tokio::test]
+async fn password_from_the_url() {
+    if !require_redis("password_from_the_url") {
+        return;
+    }
+    let opts = ClusterOptions {
+        password: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let cluster = RedisCluster::start(opts).unwrap();
+    let good = cache(cluster.url());
+    good.set(&id(1), Bytes::from_static(b"v")).await;
+    assert_eq!(good.get(&id(1)).await.as_deref(), Some(&b"v"[..]));
+    let addr = cluster.nodes[0].addr();
+    let wrong = cache(format!("redis://:wrong@{addr}"));
+    assert_eq!(wrong.get_with_outcome(&id(1)).await.1, GetOutcome::Error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovers_after_every_node_moved_behind_a_stable_endpoint() {
+    if !require_redis("recovers_after_every_node_moved_behind_a_stable_endpoint") {
+        return;
+    }
+    let ips = [
+        Ipv4Addr::new(127, 0, 0, 11),
+        Ipv4Addr::new(127, 0, 0, 12),
+        Ipv4Addr::new(127, 0, 0, 13),
+    ];
+    let mut cluster = RedisCluster::start(ClusterOptions {
+        ips: ips.to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    let endpoint = Forwarder::start(
+        Ipv4Addr::new(127, 0, 0, 10).into(),
+        Some(cluster.nodes[0].addr()),
+    )
+    .unwrap();
+    let cache = cache(format!("redis://{}", endpoint.addr()));
+    for n in 0..20 {
+        assert_eq!(
+            cache.set(&id(n), Bytes::from_static(b"before")).await,
+            WriteOutcome::Success
+        );
+    }
+    let new_ips = [
+        Ipv4Addr::new(127, 0, 0, 21),
+        Ipv4Addr::new(127, 0, 0, 22),
+        Ipv4Addr::new(127, 0, 0, 23),
+    ];
+    cluster.kill_all();
+    // During the outage every operation fails open.
+    for n in 0..5 {
+        assert_eq!(cache.get(&id(n)).await, None);
+    }
+    cluster.move_all(&new_ips).unwrap();
+    endpoint.set_target(Some(cluster.nodes[0].addr()));
+    let healthy = Instant::now();
+    // Data was in memory only (no persistence): after recovery, writes and reads work again.
+    let deadline = healthy + Duration::from_secs(15);
+    let mut recovered = None;
+    while Instant::now() < deadline {
+        if cache.set(&id(99), Bytes::from_static(b"after")).await == WriteOutcome::Success
+            && cache.get(&id(99)).await.as_deref() == Some(&b"after"[..])
+        {
+            recovered = Some(healthy.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took =
+        recovered.expect("the cache recovers through the endpoint without a rebuild by the caller");
+    eprintln!("recovered {took:?} after the cluster was healthy at new addresses");
+    // Every slot works, not just one.
+    for n in 100..130 {
+        assert_eq!(
+            cache.set(&id(n), Bytes::from_static(b"x")).await,
+            WriteOutcome::Success,
+            "key {n}"
+        );
+    }
+}
