@@ -1,1 +1,37 @@
-fn main() {}
+//! Project automation for mmcache, run as `cargo xtask <command>`.
+//!
+//! - `test`: install what is missing (redis-server, redis-tools, openssl), then fmt check,
+//!   clippy `-D warnings`, every test, and the doc build. CI runs exactly this.
+//! - `demo`: the main job: a local origin, a fleet of loaders with and without a shared Redis
+//!   Cluster, and a short report.
+//! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
+
+mod common;
+mod demo;
+mod gate;
+
+use anyhow::bail;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+  test                 prerequisites, fmt, clippy, tests, docs (what CI runs)
+  demo [--metrics]     run the fleet demo on a local origin and Redis Cluster
+  cluster [--masters N] [--tls]
+                       start a local Redis Cluster until Enter is pressed";
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let cmd = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    match cmd.as_str() {
+        "test" => gate::run(&rest),
+        "demo" => demo::run(&rest),
+        "cluster" => common::run_cluster(&rest),
+        "" | "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}

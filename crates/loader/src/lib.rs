@@ -420,10 +420,7 @@ impl Loader {
             .filter_map(|(i, r)| r.as_ref().err().map(|e| (i, e.clone())))
             .collect();
         if failures.is_empty() {
-            return Ok(results
-                .into_iter()
-                .map(|r| r.map(|l| l.image))
-                .collect::<Result<_>>()?);
+            return results.into_iter().map(|r| r.map(|l| l.image)).collect();
         }
         if let Some((_, e)) = failures.iter().find(|(_, e)| e.origin_status().is_some()) {
             return Err(e.clone());
@@ -503,16 +500,16 @@ impl Inner {
     async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
         // Policy first: a cache must not serve what this worker may not fetch.
         self.origin.check(url)?;
-        if let Some(shared) = &self.shared {
-            if let Some(bytes) = shared.get(identity).await {
-                let len = bytes.len();
-                match self.decode(bytes).await {
-                    Ok(image) => return Ok((image, Source::Shared, Some(len))),
-                    Err(e) => {
-                        ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
-                        tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
-                        shared.delete(identity).await;
-                    }
+        if let Some(shared) = &self.shared
+            && let Some(bytes) = shared.get(identity).await
+        {
+            let len = bytes.len();
+            match self.decode(bytes).await {
+                Ok(image) => return Ok((image, Source::Shared, Some(len))),
+                Err(e) => {
+                    ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
+                    tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
+                    shared.delete(identity).await;
                 }
             }
         }
@@ -569,3 +566,8 @@ fn record(source: Source, outcome: Outcome) -> Result<Loaded> {
         encoded_len,
     })
 }
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

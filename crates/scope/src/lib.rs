@@ -166,10 +166,10 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
         let Some(scope) = first_value(name).and_then(Scope::from_bytes) else {
             continue;
         };
-        if name == CLAUDE_CODE_SESSION_HEADER {
-            if let Some(agent) = first_value(CLAUDE_CODE_AGENT_HEADER).and_then(Scope::from_bytes) {
-                return Some(agent);
-            }
+        if name == CLAUDE_CODE_SESSION_HEADER
+            && let Some(agent) = first_value(CLAUDE_CODE_AGENT_HEADER).and_then(Scope::from_bytes)
+        {
+            return Some(agent);
         }
         return Some(scope);
     }

@@ -13,14 +13,14 @@
 //! use mmcache_scope::CacheIdentity;
 //! use mmcache_shared_cache::{SharedCache, SharedCacheConfig, entry_key};
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
 //! let id = CacheIdentity::unscoped("https://example.com/img.png");
 //! assert_eq!(
 //!     entry_key(&id),
 //!     "dynamo:mm:image:{48af8a9eb0210270d41f09ff164d1314c0e3f35027d980ac92abb4320c80f2a0}:bytes"
 //! );
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
 //! // Nothing listens on this port: the cache fails open.
 //! let mut config = SharedCacheConfig::new("redis://127.0.0.1:1");
 //! config.connect_timeout = Duration::from_millis(100);

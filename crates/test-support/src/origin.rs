@@ -282,7 +282,7 @@ fn respond(
                     .await?;
                 let data = vec![0x42u8; chunk];
                 // Bounded: at most an hour of trickling, far past any client deadline.
-                for _ in 0..(3600_000 / every.as_millis().max(1)) {
+                for _ in 0..(3_600_000 / every.as_millis().max(1)) {
                     stream.write_all(&data).await?;
                     tokio::time::sleep(every).await;
                 }

@@ -1,0 +1,198 @@
+//! `cargo xtask demo`: a fleet of workers loads a repeating request mix from a local origin,
+//! first with per-worker caches only, then sharing a local Redis Cluster, and reports where
+//! loads were served from and how many origin downloads each image cost.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mmcache_loader::Loader;
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster, redis_available};
+
+use crate::common::{self, Plan, Record, Summary, ms};
+
+const WORKERS: usize = 4;
+const IMAGES: usize = 60;
+const ORIGIN_DELAY: Duration = Duration::from_millis(20);
+
+struct Row {
+    name: String,
+    summary: Summary,
+    downloads: usize,
+    unique: usize,
+    elapsed: Duration,
+}
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let show_metrics = args.iter().any(|a| a == "--metrics");
+    if let Some(a) = args.iter().find(|a| *a != "--metrics") {
+        anyhow::bail!("unknown flag `{a}` (demo takes --metrics)");
+    }
+    let metrics = common::install_metrics()?;
+    let rt = common::runtime()?;
+    let (origin, urls) = common::image_origin(IMAGES, ORIGIN_DELAY);
+    let urls = Arc::new(urls);
+    let plan = Plan {
+        loads_per_worker: 400,
+        lanes: 4,
+        zipf_s: 1.1,
+        seed: 42,
+        duration: None,
+        pace: Duration::ZERO,
+    };
+    println!(
+        "mmcache demo: {WORKERS} workers x {} loads, Zipf(1.1) over {IMAGES} images, origin on {} adding {} ms per download\n",
+        plan.loads_per_worker,
+        origin.addr(),
+        ORIGIN_DELAY.as_millis()
+    );
+
+    let mut rows = Vec::new();
+    let fleet = |url: Option<&str>| -> anyhow::Result<Vec<Loader>> {
+        (0..WORKERS)
+            .map(|_| {
+                let mut b = Loader::builder().allow_internal(true);
+                if let Some(url) = url {
+                    b = b.shared_cache_url(url);
+                }
+                Ok(b.build()?)
+            })
+            .collect()
+    };
+
+    let before = origin.total_hits();
+    let loaders = fleet(None)?;
+    let t0 = Instant::now();
+    let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
+    rows.push(row(
+        "per-worker caches only",
+        &records,
+        origin.total_hits() - before,
+        t0.elapsed(),
+    ));
+
+    let note = if redis_available() {
+        let cluster = RedisCluster::start(ClusterOptions::default())
+            .context("start a local Redis Cluster")?;
+        let loaders = fleet(Some(&cluster.url()))?;
+        let before = origin.total_hits();
+        let t0 = Instant::now();
+        let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
+        rows.push(row(
+            "shared cache (3-master Redis Cluster)",
+            &records,
+            origin.total_hits() - before,
+            t0.elapsed(),
+        ));
+        let mut gets = (0, 0, 0);
+        for l in &loaders {
+            let s = l.shared_cache().expect("enabled").stats();
+            gets = (
+                gets.0 + s.get_hits,
+                gets.1 + s.get_misses,
+                gets.2 + s.set_ok,
+            );
+        }
+        drop(cluster);
+        format!(
+            "shared cache: {} GET hits, {} GET misses, {} SETs across the fleet",
+            gets.0, gets.1, gets.2
+        )
+    } else {
+        "redis-server not found: shared-cache phase skipped (run `cargo xtask test` once, or \
+         apt-get install -y redis-server redis-tools)"
+            .to_owned()
+    };
+
+    print_table(&rows);
+    println!("\n{note}");
+    if let [without, with] = &rows[..] {
+        println!(
+            "origin downloads per image: {:.2} without the shared cache, {:.2} with it ({:.1}x fewer downloads)",
+            per_image(without),
+            per_image(with),
+            without.downloads as f64 / with.downloads.max(1) as f64
+        );
+    }
+    if show_metrics {
+        println!("\n# Prometheus scrape (mmcache and shared-cache series)");
+        for line in metrics.render().lines() {
+            if line.starts_with("mmcache_") || line.starts_with("dynamo_") {
+                println!("{line}");
+            }
+        }
+    }
+    let failures: usize = rows.iter().map(|r| r.summary.failures).sum();
+    anyhow::ensure!(failures == 0, "{failures} loads failed");
+    Ok(())
+}
+
+fn row(name: &str, records: &[Record], downloads: usize, elapsed: Duration) -> Row {
+    for r in records.iter().filter(|r| r.error.is_some()).take(3) {
+        eprintln!(
+            "worker {} failed a load: {}",
+            r.worker,
+            r.error.as_deref().unwrap_or_default()
+        );
+    }
+    let unique = records
+        .iter()
+        .map(|r| r.image)
+        .collect::<HashSet<_>>()
+        .len();
+    Row {
+        name: name.to_owned(),
+        summary: common::summarize(records),
+        downloads,
+        unique,
+        elapsed,
+    }
+}
+
+fn per_image(r: &Row) -> f64 {
+    r.downloads as f64 / r.unique.max(1) as f64
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "| {:<38} | {:>5} | {:>6} | {:>8} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7} |",
+        "phase",
+        "loads",
+        "memory",
+        "inflight",
+        "shared",
+        "origin",
+        "downloads",
+        "images",
+        "p50 ms",
+        "p99 ms",
+        "loads/s"
+    );
+    println!(
+        "|{}|",
+        ["-"; 11]
+            .iter()
+            .enumerate()
+            .map(|(i, _)| "-".repeat([40, 7, 8, 10, 8, 8, 11, 8, 9, 9, 9][i]))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for r in rows {
+        let s = &r.summary;
+        println!(
+            "| {:<38} | {:>5} | {:>6} | {:>8} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7.3} | {:>7.2} | {:>7.0} |",
+            r.name,
+            s.loads,
+            s.memory,
+            s.inflight,
+            s.shared,
+            s.origin,
+            r.downloads,
+            r.unique,
+            ms(s.p50),
+            ms(s.p99),
+            s.loads as f64 / r.elapsed.as_secs_f64()
+        );
+    }
+}
