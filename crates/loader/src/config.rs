@@ -146,7 +146,7 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Reads every variable of [`env`] from the process environment over the defaults.
+    /// Reads every variable of [`env`](mod@env) from the process environment over the defaults.
     ///
     /// # Errors
     ///
