@@ -42,8 +42,10 @@
 //! One attempt per operation (no client retries); the connect timeout and the response
 //! timeout are separate, and each operation also runs under an overall deadline of both.
 
+mod breaker;
 mod error;
 pub mod metrics;
+mod slots;
 mod warn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +57,7 @@ use mmcache_scope::CacheIdentity;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
+pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
 pub use crate::warn::{Clock, ManualClock, SystemClock};
@@ -72,6 +75,10 @@ pub const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
 /// Default cap on a stored value (`MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_BYTES`): larger
 /// values are not written, so one huge value cannot hold a node connection for everyone.
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
+/// The slot map (for per-node breakers) is re-read this often while things work...
+const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
+/// ...and this often while operations fail (nodes may have moved).
+const SLOT_MAP_MAX_AGE_FAILING: Duration = Duration::from_secs(1);
 /// Interval between two failure warnings.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -97,7 +104,9 @@ pub struct SharedCacheConfig {
     pub max_value_bytes: usize,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
-    /// The clock used for warning intervals and rediscovery (tests move it by hand).
+    /// Per-node circuit breakers. Default on: 5 consecutive failures, 1 s cool-down.
+    pub breaker: BreakerConfig,
+    /// The clock used for warnings, breakers and rediscovery (tests move it by hand).
     pub clock: Arc<dyn Clock>,
 }
 
@@ -109,6 +118,7 @@ impl std::fmt::Debug for SharedCacheConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("max_value_bytes", &self.max_value_bytes)
+            .field("breaker", &self.breaker)
             .field(
                 "tls_root_ca_pem",
                 &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
@@ -127,6 +137,7 @@ impl SharedCacheConfig {
             io_timeout: DEFAULT_IO_TIMEOUT,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             tls_root_ca_pem: None,
+            breaker: BreakerConfig::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -159,6 +170,10 @@ pub struct SharedCacheStats {
     pub warnings: u64,
     /// Times the connection was rebuilt through the discovery URL.
     pub rediscoveries: u64,
+    /// Operations skipped because a breaker was open.
+    pub skipped: u64,
+    /// Times a breaker opened.
+    pub breaker_opens: u64,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +187,8 @@ struct Counters {
     del_errors: AtomicU64,
     warnings: AtomicU64,
     rediscoveries: AtomicU64,
+    skipped: AtomicU64,
+    breaker_opens: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -195,6 +212,8 @@ struct Inner {
     connected: tokio::sync::watch::Sender<u64>,
     warn: warn::WarnLimiter,
     counters: Counters,
+    breakers: breaker::Breakers,
+    slots: slots::SlotMap,
 }
 
 /// The shared cache client. Cheap to clone; all clones share one cluster connection.
@@ -259,6 +278,8 @@ impl SharedCache {
                 connected: tokio::sync::watch::Sender::new(0),
                 warn,
                 counters: Counters::default(),
+                breakers: breaker::Breakers::new(config.breaker),
+                slots: slots::SlotMap::default(),
                 config,
             }),
         })
@@ -283,17 +304,28 @@ impl SharedCache {
             del_errors: load(&c.del_errors),
             warnings: load(&c.warnings),
             rediscoveries: load(&c.rediscoveries),
+            skipped: load(&c.skipped),
+            breaker_opens: load(&c.breaker_opens),
         }
     }
 
     /// Connects now (bounded by the operation deadline) and says whether the cluster answered.
     /// Optional: operations connect by themselves.
+    /// Also reads the slot map, so per-node breakers know the nodes from the first operation.
     pub async fn connect(&self) -> bool {
         let deadline = self.inner.config.op_deadline();
-        matches!(
-            tokio::time::timeout(deadline, self.connection()).await,
-            Ok(Ok(_))
-        )
+        let Ok(Ok(mut conn)) = tokio::time::timeout(deadline, self.connection()).await else {
+            return false;
+        };
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        match tokio::time::timeout(deadline, cmd.query_async::<redis::Value>(&mut conn)).await {
+            Ok(Ok(reply)) => {
+                self.inner.slots.update(&reply, Instant::now());
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The entry for `identity`, or `None` on a miss or any failure.
@@ -306,9 +338,9 @@ impl SharedCache {
         let key = entry_key(identity);
         let started = Instant::now();
         let result = self
-            .run("get", |mut conn| async move {
+            .run("get", &key, |mut conn, key| async move {
                 redis::cmd("GET")
-                    .arg(&key)
+                    .arg(key)
                     .query_async::<Option<Vec<u8>>>(&mut conn)
                     .await
             })
@@ -323,7 +355,8 @@ impl SharedCache {
                 bump(&c.get_misses);
                 (None, GetOutcome::Miss)
             }
-            Err(_) => {
+            Err(Failure::Skipped) => (None, GetOutcome::Skipped),
+            Err(Failure::Failed(_)) => {
                 bump(&c.get_errors);
                 (None, GetOutcome::Error)
             }
@@ -344,9 +377,9 @@ impl SharedCache {
         let ttl = self.inner.ttl_secs;
         let started = Instant::now();
         let result = self
-            .run("set", |mut conn| async move {
+            .run("set", &key, |mut conn, key| async move {
                 redis::cmd("SET")
-                    .arg(&key)
+                    .arg(key)
                     .arg(&bytes[..])
                     .arg("EX")
                     .arg(ttl)
@@ -359,7 +392,8 @@ impl SharedCache {
                 bump(&self.inner.counters.set_ok);
                 WriteOutcome::Success
             }
-            Err(_) => {
+            Err(Failure::Skipped) => WriteOutcome::Skipped,
+            Err(Failure::Failed(_)) => {
                 bump(&self.inner.counters.set_errors);
                 WriteOutcome::Error
             }
@@ -372,9 +406,9 @@ impl SharedCache {
     pub async fn delete(&self, identity: &CacheIdentity) -> WriteOutcome {
         let key = entry_key(identity);
         let result = self
-            .run("del", |mut conn| async move {
+            .run("del", &key, |mut conn, key| async move {
                 redis::cmd("DEL")
-                    .arg(&key)
+                    .arg(key)
                     .query_async::<i64>(&mut conn)
                     .await
             })
@@ -384,7 +418,8 @@ impl SharedCache {
                 bump(&self.inner.counters.del_ok);
                 WriteOutcome::Success
             }
-            Err(_) => {
+            Err(Failure::Skipped) => WriteOutcome::Skipped,
+            Err(Failure::Failed(_)) => {
                 bump(&self.inner.counters.del_errors);
                 WriteOutcome::Error
             }
@@ -393,30 +428,112 @@ impl SharedCache {
         outcome
     }
 
-    /// Runs one operation: one attempt, under the overall deadline, failures accounted.
-    async fn run<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T, FailureKind>
+    /// Runs one operation on `key`: skipped while the key's node has an open breaker, else
+    /// one attempt under the overall deadline, with failures accounted.
+    pub(crate) async fn run<'k, T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &'k str,
+        f: F,
+    ) -> Result<T, Failure>
     where
-        F: FnOnce(ClusterConnection) -> Fut,
+        F: FnOnce(ClusterConnection, &'k str) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
+        let inner = &self.inner;
+        let node = inner.slots.node_for(key);
+        let (admit, transition) = inner.breakers.admit(&node, inner.config.clock.now());
+        self.on_transition(transition);
+        if admit == breaker::Admit::Skip {
+            bump(&inner.counters.skipped);
+            metrics::record_skip(op, "breaker_open");
+            return Err(Failure::Skipped);
+        }
+        // A probe whose caller is cancelled must not leave the breaker half-open forever.
+        let mut probe = ProbeGuard {
+            cache: self,
+            node: &node,
+            armed: admit == breaker::Admit::Probe,
+        };
         let attempt = async {
             let conn = self.connection().await?;
-            f(conn).await.map_err(|e| FailureKind::of(&e))
+            f(conn, key).await.map_err(|e| FailureKind::of(&e))
         };
-        let result = match tokio::time::timeout(self.inner.config.op_deadline(), attempt).await {
+        let result = match tokio::time::timeout(inner.config.op_deadline(), attempt).await {
             Ok(r) => r,
             Err(_) => Err(FailureKind::Timeout),
         };
+        probe.armed = false;
+        let max_age = if result.is_ok() {
+            SLOT_MAP_MAX_AGE
+        } else {
+            SLOT_MAP_MAX_AGE_FAILING
+        };
+        self.maybe_refresh_slots(max_age);
         match result {
             Ok(v) => {
+                self.on_transition(inner.breakers.on_success(&node));
                 self.on_success();
                 Ok(v)
             }
             Err(kind) => {
+                let now = inner.config.clock.now();
+                self.on_transition(inner.breakers.on_failure(&node, now));
                 self.on_failure(op, kind);
-                Err(kind)
+                Err(Failure::Failed(kind))
             }
         }
+    }
+
+    /// Re-reads the slot map in the background when it is older than `max_age`.
+    fn maybe_refresh_slots(&self, max_age: Duration) {
+        let inner = &self.inner;
+        let now = Instant::now();
+        if inner
+            .slots
+            .refreshed_at()
+            .is_some_and(|t| now.duration_since(t) < max_age)
+        {
+            return;
+        }
+        let Some(conn) = self.lock().conn.clone() else {
+            return;
+        };
+        inner.slots.touch(now); // one refresh at a time, even if it fails
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let mut conn = conn;
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            let query = cmd.query_async::<redis::Value>(&mut conn);
+            if let Ok(Ok(reply)) = tokio::time::timeout(inner.config.op_deadline(), query).await {
+                inner.slots.update(&reply, Instant::now());
+            }
+        });
+    }
+
+    fn on_transition(&self, transition: breaker::Transition) {
+        let Some((from, to)) = transition else { return };
+        if to == BreakerState::Open && from == BreakerState::Closed {
+            bump(&self.inner.counters.breaker_opens);
+        }
+        metrics::record_breaker(from, to);
+        tracing::debug!(
+            from = from.as_str(),
+            to = to.as_str(),
+            "shared image cache breaker"
+        );
+    }
+
+    /// The breaker state of the node serving `identity`'s key (for tests and dashboards).
+    pub fn breaker_state(&self, identity: &CacheIdentity) -> BreakerState {
+        let node = self.inner.slots.node_for(&entry_key(identity));
+        self.inner.breakers.state(&node)
+    }
+
+    /// Every node's breaker state (nodes seen failing only).
+    pub fn breaker_states(&self) -> Vec<(String, BreakerState)> {
+        self.inner.breakers.states()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ConnState> {
@@ -520,5 +637,34 @@ fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: some provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Why an operation produced no result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Not attempted: the node's breaker is open.
+    Skipped,
+    /// Attempted and failed.
+    Failed(FailureKind),
+}
+
+impl From<FailureKind> for Failure {
+    fn from(kind: FailureKind) -> Self {
+        Self::Failed(kind)
+    }
+}
+
+struct ProbeGuard<'a> {
+    cache: &'a SharedCache,
+    node: &'a str,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cache.inner.breakers.abandon_probe(self.node);
+        }
     }
 }

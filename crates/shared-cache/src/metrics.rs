@@ -17,6 +17,11 @@ pub const ERRORS: &str = "mmcache_shared_cache_errors_total";
 /// Operations not attempted; labels `op` and `reason` (`breaker_open`, `too_large`).
 pub const SKIPPED: &str = "mmcache_shared_cache_skipped_total";
 
+/// Breaker transitions; labels `from` and `to` (`closed`, `open`, `half_open`).
+pub const BREAKER_TRANSITIONS: &str = "mmcache_shared_cache_breaker_transitions_total";
+/// Breakers currently open or half-open (gauge).
+pub const BREAKERS_OPEN: &str = "mmcache_shared_cache_breakers_open";
+
 /// Latency buckets in seconds, 1 ms to 4 s. Apply them where the exporter is built.
 pub const LATENCY_BUCKETS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0,
@@ -117,6 +122,17 @@ pub(crate) fn record_delete(outcome: WriteOutcome) {
 
 pub(crate) fn record_error(op: &'static str, kind: crate::FailureKind) {
     metrics::counter!(ERRORS, "op" => op, "kind" => kind.as_str()).increment(1);
+}
+
+pub(crate) fn record_breaker(from: crate::BreakerState, to: crate::BreakerState) {
+    metrics::counter!(BREAKER_TRANSITIONS, "from" => from.as_str(), "to" => to.as_str())
+        .increment(1);
+    let gauge = metrics::gauge!(BREAKERS_OPEN);
+    match (from, to) {
+        (crate::BreakerState::Closed, _) => gauge.increment(1.0),
+        (_, crate::BreakerState::Closed) => gauge.decrement(1.0),
+        _ => {}
+    }
 }
 
 pub(crate) fn record_skip(op: &'static str, reason: &'static str) {

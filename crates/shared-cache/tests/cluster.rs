@@ -114,6 +114,7 @@ async fn failures_fail_open_and_warnings_are_rate_limited() {
     let clock = Arc::new(ManualClock::default());
     let mut config = SharedCacheConfig::new(format!("redis://127.0.0.1:{port}"));
     config.clock = clock.clone();
+    config.breaker.enabled = false; // count every failure; the breaker has its own test
     let cache = SharedCache::new(config).unwrap();
     let started = Instant::now();
     assert_eq!(
@@ -313,4 +314,100 @@ async fn recovers_after_every_node_moved_behind_a_stable_endpoint() {
             "key {n}"
         );
     }
+}
+
+fn breaker_cache(url: String, clock: Arc<ManualClock>) -> SharedCache {
+    let mut c = SharedCacheConfig::new(url);
+    c.connect_timeout = Duration::from_millis(200);
+    c.io_timeout = Duration::from_millis(300);
+    c.clock = clock;
+    SharedCache::new(c).unwrap()
+}
+
+#[tokio::test]
+async fn breaker_opens_on_a_closed_port_and_probes_after_the_cooldown() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let clock = Arc::new(ManualClock::default());
+    let cache = breaker_cache(format!("redis://127.0.0.1:{port}"), clock.clone());
+    for _ in 0..5 {
+        assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Error);
+        // Past the reconnect backoff, so each attempt really dials.
+        tokio::time::sleep(Duration::from_millis(260)).await;
+    }
+    assert_eq!(
+        cache.breaker_state(&id(1)),
+        mmcache_shared_cache::BreakerState::Open
+    );
+    for _ in 0..50 {
+        assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Skipped);
+        assert_eq!(
+            cache.set(&id(1), Bytes::from_static(b"v")).await,
+            WriteOutcome::Skipped
+        );
+    }
+    let s = cache.stats();
+    assert_eq!((s.get_errors, s.skipped, s.breaker_opens), (5, 100, 1));
+    clock.advance(Duration::from_secs(1));
+    // One probe goes through (and fails), then the breaker is open again.
+    assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Error);
+    assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Skipped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_isolates_a_hung_master_and_closes_after_it_resumes() {
+    if !require_redis("breaker_isolates_a_hung_master_and_closes_after_it_resumes") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let cache = breaker_cache(cluster.url(), clock.clone());
+    assert!(cache.connect().await);
+    // One key on the master we hang, one on another master.
+    let hung_id = id(1);
+    let hung = cluster.master_of(&entry_key(&hung_id)).unwrap();
+    let other_id = (2..200)
+        .map(id)
+        .find(|i| cluster.master_of(&entry_key(i)).unwrap() != hung)
+        .unwrap();
+    cache.set(&other_id, Bytes::from_static(b"ok")).await;
+    cluster.hang(hung).unwrap();
+    for _ in 0..5 {
+        assert_eq!(cache.get_with_outcome(&hung_id).await.1, GetOutcome::Error);
+    }
+    let started = Instant::now();
+    assert_eq!(
+        cache.get_with_outcome(&hung_id).await.1,
+        GetOutcome::Skipped
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "skips do not wait"
+    );
+    // The healthy master is unaffected.
+    assert_eq!(cache.get(&other_id).await.as_deref(), Some(&b"ok"[..]));
+    assert_eq!(
+        cache.breaker_state(&other_id),
+        mmcache_shared_cache::BreakerState::Closed
+    );
+    cluster.resume(hung).unwrap();
+    clock.advance(Duration::from_secs(1));
+    // Bounded: the probe may still meet the tail of the hang.
+    let mut closed = false;
+    for _ in 0..20 {
+        if cache.get_with_outcome(&hung_id).await.1 == GetOutcome::Miss {
+            closed = true;
+            break;
+        }
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(closed, "the breaker closes once the master answers");
+    assert_eq!(
+        cache.breaker_state(&hung_id),
+        mmcache_shared_cache::BreakerState::Closed
+    );
 }

@@ -89,3 +89,16 @@ fn push_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
 pub fn svg() -> Vec<u8> {
     br#"<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>"#.to_vec()
 }
+
+/// A PNG of pseudo-random pixels: it barely compresses, so its size is about `w * h * 3`
+/// bytes (for tests of size buckets and benchmarks of large values).
+pub fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    let img = RgbImage::from_fn(width, height, |_, _| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        Rgb([state as u8, (state >> 8) as u8, (state >> 16) as u8])
+    });
+    encode(&DynamicImage::ImageRgb8(img), ImageFormat::Png)
+}

@@ -1,0 +1,251 @@
+//! The loader with the shared cache on a real Redis Cluster and a real HTTP origin.
+
+use std::time::Duration;
+
+use mmcache_loader::shared_cache::entry_key;
+use mmcache_loader::{Loader, LoaderBuilder, Source, scope::CacheIdentity, scope::Scope};
+use mmcache_test_support::images;
+use mmcache_test_support::origin::{Route, TestOrigin};
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
+
+fn worker(url: &str) -> LoaderBuilder {
+    Loader::builder()
+        .allow_internal(true)
+        .shared_cache_url(url)
+        .shared_cache_connect_timeout(Duration::from_millis(300))
+        .shared_cache_io_timeout(Duration::from_millis(500))
+}
+
+fn key_for(url: &str) -> String {
+    entry_key(&CacheIdentity::unscoped(url))
+}
+
+fn cluster() -> RedisCluster {
+    RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_downloads_each_image_once() {
+    if !require_redis("a_fleet_downloads_each_image_once") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let png = images::png(50, 40, 1);
+    origin.set("/a.png", Route::ok(png.clone()));
+    let url = origin.url("/a.png");
+
+    let first = worker(&cluster.url())
+        .shared_cache_ttl(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    assert_eq!(
+        first.load_detailed(&url, None).await.unwrap().source,
+        Source::Origin
+    );
+    // The exact origin bytes, with the configured TTL, at the compatible key.
+    let key = key_for(&url);
+    assert_eq!(cluster.get_raw(&key).unwrap().as_deref(), Some(&png[..]));
+    let ttl: i64 = cluster
+        .cli_cluster(&["TTL", &key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((100..=120).contains(&ttl), "ttl {ttl}");
+
+    // Another worker (its own caches) gets a shared hit: no origin request, no SET.
+    let second = worker(&cluster.url()).build().unwrap();
+    let loaded = second.load_detailed(&url, None).await.unwrap();
+    assert_eq!((loaded.source, loaded.image.width()), (Source::Shared, 50));
+    assert_eq!(origin.hits("/a.png"), 1);
+    let s = second.shared_cache().unwrap().stats();
+    assert_eq!((s.get_hits, s.set_ok), (1, 0));
+    // And then its own decoded cache.
+    assert_eq!(
+        second.load_detailed(&url, None).await.unwrap().source,
+        Source::Memory
+    );
+}
+
+#[tokio::test]
+async fn only_bytes_that_decode_are_written() {
+    if !require_redis("only_bytes_that_decode_are_written") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    origin.set("/svg", Route::ok(images::svg()));
+    origin.set("/404", Route::status(404));
+    let loader = worker(&cluster.url()).build().unwrap();
+    for path in ["/svg", "/404"] {
+        assert!(loader.load(&origin.url(path), None).await.is_err());
+        assert_eq!(
+            cluster.get_raw(&key_for(&origin.url(path))).unwrap(),
+            None,
+            "{path}"
+        );
+    }
+    assert_eq!(loader.shared_cache().unwrap().stats().set_ok, 0);
+}
+
+#[tokio::test]
+async fn corrupt_and_truncated_entries_are_deleted_and_refilled() {
+    if !require_redis("corrupt_and_truncated_entries_are_deleted_and_refilled") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let jpeg = images::jpeg(64, 48, 2);
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("/garbage.jpg", b"garbage, not an image".to_vec()),
+        ("/truncated.jpg", jpeg[..jpeg.len() / 2].to_vec()),
+        ("/svg.jpg", images::svg()),
+    ];
+    for (path, bad) in &cases {
+        origin.set(path, Route::ok(jpeg.clone()));
+        let url = origin.url(path);
+        cluster.set_raw(&key_for(&url), bad, Some(3600)).unwrap();
+        let loader = worker(&cluster.url()).build().unwrap();
+        let loaded = loader.load_detailed(&url, None).await.unwrap();
+        assert_eq!(loaded.source, Source::Origin, "{path}");
+        assert_eq!(origin.hits(path), 1, "{path}");
+        assert_eq!(
+            cluster.get_raw(&key_for(&url)).unwrap().as_deref(),
+            Some(&jpeg[..]),
+            "{path} refilled"
+        );
+        let s = loader.shared_cache().unwrap().stats();
+        assert_eq!((s.get_hits, s.del_ok, s.set_ok), (1, 1, 1), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn an_entry_written_by_another_client_is_a_hit() {
+    if !require_redis("an_entry_written_by_another_client_is_a_hit") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start(); // serves nothing: a request would be a 404
+    let url = origin.url("/written-by-python.png");
+    cluster
+        .set_raw(&key_for(&url), &images::png(7, 3, 1), Some(3600))
+        .unwrap();
+    let loader = worker(&cluster.url()).build().unwrap();
+    let loaded = loader.load_detailed(&url, None).await.unwrap();
+    assert_eq!(
+        (loaded.source, loaded.image.width(), loaded.image.height()),
+        (Source::Shared, 7, 3)
+    );
+    assert_eq!(origin.total_hits(), 0);
+}
+
+#[tokio::test]
+async fn scoped_partitioning_and_missing_scope() {
+    if !require_redis("scoped_partitioning_and_missing_scope") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    origin.set("/s.png", Route::ok(images::png(8, 8, 1)));
+    let url = origin.url("/s.png");
+    let (a, b) = (
+        Scope::new("session-a").unwrap(),
+        Scope::new("session-b").unwrap(),
+    );
+    let fresh = || worker(&cluster.url()).session_scoped(true).build().unwrap();
+    // a, b, a on three workers: two origin fetches, two SETs, one shared hit.
+    let (w1, w2, w3) = (fresh(), fresh(), fresh());
+    assert_eq!(
+        w1.load_detailed(&url, Some(&a)).await.unwrap().source,
+        Source::Origin
+    );
+    assert_eq!(
+        w2.load_detailed(&url, Some(&b)).await.unwrap().source,
+        Source::Origin
+    );
+    assert_eq!(
+        w3.load_detailed(&url, Some(&a)).await.unwrap().source,
+        Source::Shared
+    );
+    assert_eq!(origin.hits("/s.png"), 2);
+    let sets: u64 = [&w1, &w2, &w3]
+        .iter()
+        .map(|w| w.shared_cache().unwrap().stats().set_ok)
+        .sum();
+    assert_eq!(sets, 2);
+    assert!(
+        cluster
+            .get_raw(&entry_key(&CacheIdentity::scoped(&a, &url)))
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        cluster.get_raw(&key_for(&url)).unwrap().is_none(),
+        "nothing under the unscoped key"
+    );
+
+    // No usable scope: no GET, SET or DEL at all.
+    let w4 = fresh();
+    assert_eq!(
+        w4.load_detailed(&url, None).await.unwrap().source,
+        Source::Origin
+    );
+    let s = w4.shared_cache().unwrap().stats();
+    assert_eq!(
+        (
+            s.get_hits + s.get_misses + s.get_errors,
+            s.set_ok + s.set_errors,
+            s.del_ok + s.del_errors
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_dead_cache_never_fails_a_load() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let origin = TestOrigin::start();
+    origin.set("/a.png", Route::ok(images::png(8, 8, 1)));
+    let loader = worker(&format!("redis://127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    for i in 0..5 {
+        let url = origin.url(&format!("/a.png?{i}"));
+        origin.set(&format!("/a.png?{i}"), Route::ok(images::png(8, 8, i)));
+        assert_eq!(
+            loader.load_detailed(&url, None).await.unwrap().source,
+            Source::Origin
+        );
+    }
+    // Every operation failed or, once the breaker opened, was skipped.
+    let s = loader.shared_cache().unwrap().stats();
+    assert_eq!(s.get_errors + s.set_errors + s.skipped, 10);
+    assert_eq!(s.breaker_opens, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_costs_at_most_the_timeouts() {
+    if !require_redis("a_hung_master_costs_at_most_the_timeouts") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    origin.set("/h.png", Route::ok(images::png(8, 8, 1)));
+    let url = origin.url("/h.png");
+    let loader = worker(&cluster.url()).build().unwrap();
+    assert!(loader.shared_cache().unwrap().connect().await);
+    let master = cluster.master_of(&key_for(&url)).unwrap();
+    cluster.hang(master).unwrap();
+    let started = std::time::Instant::now();
+    let loaded = loader.load_detailed(&url, None).await;
+    let took = started.elapsed();
+    cluster.resume(master).unwrap();
+    assert_eq!(loaded.unwrap().source, Source::Origin);
+    // GET and SET each bounded by connect + I/O timeouts (0.8 s); plus a margin.
+    assert!(took < Duration::from_millis(2 * 800 + 700), "took {took:?}");
+}
