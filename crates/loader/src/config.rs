@@ -38,8 +38,25 @@ pub mod env {
     /// Largest value written to the shared cache, bytes, integer > 0. Default 16 MiB.
     pub const SHARED_MAX_VALUE_BYTES: &str = "MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_BYTES";
 
+    /// `0` or `1`: per-node circuit breakers on the shared cache. Default `1`.
+    pub const SHARED_BREAKER: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER";
+    /// Consecutive failures that open a node's breaker, integer > 0. Default 5.
+    pub const SHARED_BREAKER_FAILURES: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER_FAILURES";
+    /// Breaker cool-down before a probe, milliseconds, integer > 0. Default 1000.
+    pub const SHARED_BREAKER_COOLDOWN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER_COOLDOWN_MS";
+    /// `0` or `1`: stampede lease on a miss. Default `0`.
+    pub const SHARED_LEASE: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE";
+    /// Lease lifetime, milliseconds, integer > 0. Default 5000.
+    pub const SHARED_LEASE_TTL_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE_TTL_MS";
+    /// Longest wait for another worker's fill, milliseconds, integer > 0. Default 3000.
+    pub const SHARED_LEASE_WAIT_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE_WAIT_MS";
+    /// `0` or `1`: write-behind of SETs. Default `0`.
+    pub const SHARED_WRITE_BEHIND: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND";
+    /// Write-behind queue bound, entries, integer > 0. Default 256.
+    pub const SHARED_WRITE_BEHIND_QUEUE: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND_QUEUE";
+
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 23] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -55,6 +72,14 @@ pub mod env {
         ORIGIN_TIMEOUT_SECS,
         SHARED_TLS_CA_FILE,
         SHARED_MAX_VALUE_BYTES,
+        SHARED_BREAKER,
+        SHARED_BREAKER_FAILURES,
+        SHARED_BREAKER_COOLDOWN_MS,
+        SHARED_LEASE,
+        SHARED_LEASE_TTL_MS,
+        SHARED_LEASE_WAIT_MS,
+        SHARED_WRITE_BEHIND,
+        SHARED_WRITE_BEHIND_QUEUE,
     ];
 }
 
@@ -76,6 +101,34 @@ pub struct SharedCacheSettings {
     pub max_value_bytes: usize,
     /// Root CA (PEM) for `rediss://`; `None` uses the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
+    /// Per-node circuit breakers. Default on, 5 failures, 1 s cool-down.
+    pub breaker: mmcache_shared_cache::BreakerConfig,
+    /// Stampede lease. Default off.
+    pub lease: LeaseSettings,
+    /// Write-behind of SETs. Default off.
+    pub write_behind: mmcache_shared_cache::WriteBehindConfig,
+}
+
+/// Stampede-lease settings: on a miss one worker fills the entry, the others wait for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseSettings {
+    /// Take a lease on a miss. Default false.
+    pub enabled: bool,
+    /// Lease lifetime (frees the entry when its holder dies). Default 5 s.
+    pub ttl: Duration,
+    /// Longest wait for the holder's fill before fetching from the origin. Default 3 s.
+    pub wait: Duration,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            ttl: Duration::from_secs(5),
+            wait: Duration::from_secs(3),
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedCacheSettings {
@@ -87,6 +140,9 @@ impl std::fmt::Debug for SharedCacheSettings {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("max_value_bytes", &self.max_value_bytes)
+            .field("breaker", &self.breaker)
+            .field("lease", &self.lease)
+            .field("write_behind", &self.write_behind)
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +157,9 @@ impl Default for SharedCacheSettings {
             io_timeout: mmcache_shared_cache::DEFAULT_IO_TIMEOUT,
             max_value_bytes: mmcache_shared_cache::DEFAULT_MAX_VALUE_BYTES,
             tls_root_ca_pem: None,
+            breaker: mmcache_shared_cache::BreakerConfig::default(),
+            lease: LeaseSettings::default(),
+            write_behind: mmcache_shared_cache::WriteBehindConfig::default(),
         }
     }
 }
@@ -180,6 +239,32 @@ impl Config {
         if let Some(v) = get(env::SHARED_MAX_VALUE_BYTES) {
             let n = parse_positive_int(env::SHARED_MAX_VALUE_BYTES, &v)?;
             c.shared.max_value_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = get(env::SHARED_BREAKER) {
+            c.shared.breaker.enabled = parse_flag(env::SHARED_BREAKER, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_BREAKER_FAILURES) {
+            let n = parse_positive_int(env::SHARED_BREAKER_FAILURES, &v)?;
+            c.shared.breaker.failures = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(v) = get(env::SHARED_BREAKER_COOLDOWN_MS) {
+            c.shared.breaker.cooldown = parse_millis(env::SHARED_BREAKER_COOLDOWN_MS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_LEASE) {
+            c.shared.lease.enabled = parse_flag(env::SHARED_LEASE, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_LEASE_TTL_MS) {
+            c.shared.lease.ttl = parse_millis(env::SHARED_LEASE_TTL_MS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_LEASE_WAIT_MS) {
+            c.shared.lease.wait = parse_millis(env::SHARED_LEASE_WAIT_MS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_WRITE_BEHIND) {
+            c.shared.write_behind.enabled = parse_flag(env::SHARED_WRITE_BEHIND, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_WRITE_BEHIND_QUEUE) {
+            let n = parse_positive_int(env::SHARED_WRITE_BEHIND_QUEUE, &v)?;
+            c.shared.write_behind.max_queued = usize::try_from(n).unwrap_or(usize::MAX);
         }
         if let Some(path) = get(env::SHARED_TLS_CA_FILE) {
             let pem = std::fs::read(path.trim()).map_err(|e| ConfigError::File {
@@ -285,6 +370,10 @@ fn parse_positive_int(name: &'static str, v: &str) -> Result<u64, ConfigError> {
         0 => Err(ConfigError::invalid(name, v, "an integer > 0")),
         n => Ok(n),
     }
+}
+
+fn parse_millis(name: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    parse_positive_int(name, v).map(Duration::from_millis)
 }
 
 fn parse_secs(name: &'static str, v: &str) -> Result<Duration, ConfigError> {

@@ -58,10 +58,10 @@ use dashmap::DashMap;
 use mmcache_decode::{DecodeLimits, DecodedCache, DecodedImage};
 use mmcache_origin::{Origin, OriginConfig};
 use mmcache_scope::{CacheIdentity, Scope};
-use mmcache_shared_cache::{SharedCache, SharedCacheConfig};
+use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, SharedCacheConfig};
 use tokio::sync::watch;
 
-pub use crate::config::{Config, SharedCacheSettings, env};
+pub use crate::config::{Config, LeaseSettings, SharedCacheSettings, env};
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use mmcache_decode::{self as decode, DecodedImage as Image};
 pub use mmcache_origin as origin;
@@ -214,7 +214,28 @@ impl LoaderBuilder {
         self
     }
 
-    /// The clock of the shared cache's warning limiter (tests).
+    /// Per-node circuit breakers of the shared cache.
+    pub fn shared_cache_breaker(mut self, breaker: mmcache_shared_cache::BreakerConfig) -> Self {
+        self.config.shared.breaker = breaker;
+        self
+    }
+
+    /// Stampede lease on shared-cache misses.
+    pub fn shared_cache_lease(mut self, lease: LeaseSettings) -> Self {
+        self.config.shared.lease = lease;
+        self
+    }
+
+    /// Write-behind of shared-cache SETs.
+    pub fn shared_cache_write_behind(
+        mut self,
+        write_behind: mmcache_shared_cache::WriteBehindConfig,
+    ) -> Self {
+        self.config.shared.write_behind = write_behind;
+        self
+    }
+
+    /// The clock of the shared cache's warnings and breakers (tests).
     pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -291,6 +312,8 @@ impl LoaderBuilder {
                 c.io_timeout = config.shared.io_timeout;
                 c.max_value_bytes = config.shared.max_value_bytes;
                 c.tls_root_ca_pem = config.shared.tls_root_ca_pem.clone();
+                c.breaker = config.shared.breaker;
+                c.write_behind = config.shared.write_behind;
                 if let Some(clock) = self.clock {
                     c.clock = clock;
                 }
@@ -343,6 +366,15 @@ impl Loader {
     /// The shared cache, when enabled.
     pub fn shared_cache(&self) -> Option<&SharedCache> {
         self.inner.shared.as_ref()
+    }
+
+    /// Waits, at most `deadline`, for queued shared-cache writes (write-behind) to finish.
+    /// Returns whether everything was written. Call it before the process exits.
+    pub async fn shutdown(&self, deadline: Duration) -> bool {
+        match &self.inner.shared {
+            Some(shared) => shared.flush(deadline).await,
+            None => true,
+        }
     }
 
     /// Loads `url` within `scope` and returns the decoded image.
@@ -500,25 +532,99 @@ impl Inner {
     async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
         // Policy first: a cache must not serve what this worker may not fetch.
         self.origin.check(url)?;
-        if let Some(shared) = &self.shared
-            && let Some(bytes) = shared.get(identity).await
-        {
-            let len = bytes.len();
-            match self.decode(bytes).await {
-                Ok(image) => return Ok((image, Source::Shared, Some(len))),
-                Err(e) => {
-                    ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
-                    tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
-                    shared.delete(identity).await;
-                }
+        let Some(shared) = &self.shared else {
+            let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+            return Ok((image, Source::Origin, Some(bytes.len())));
+        };
+        let (cached, outcome) = shared.get_with_outcome(identity).await;
+        if let Some(bytes) = cached {
+            if let Some(hit) = self.decode_cached(shared, identity, bytes).await {
+                return Ok(hit);
+            }
+        } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
+            return self.fill_with_lease(shared, identity, url).await;
+        }
+        self.fill_from_origin(shared, identity, url).await
+    }
+
+    /// Decodes a cached value; a value that does not decode is deleted (`None`).
+    async fn decode_cached(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        bytes: Bytes,
+    ) -> Option<(Arc<DecodedImage>, Source, Option<usize>)> {
+        let len = bytes.len();
+        match self.decode(bytes).await {
+            Ok(image) => Some((image, Source::Shared, Some(len))),
+            Err(e) => {
+                ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
+                tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
+                shared.delete(identity).await;
+                None
             }
         }
+    }
+
+    /// Origin, decode, then SET (or queue it, with write-behind) only the bytes that decoded.
+    async fn fill_from_origin(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Outcome {
         let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
         let len = bytes.len();
-        if let Some(shared) = &self.shared {
-            shared.set(identity, bytes).await; // only bytes that decoded
-        }
+        shared.store(identity, bytes).await;
         Ok((image, Source::Origin, Some(len)))
+    }
+
+    /// On a miss, one worker of the fleet takes the lease and fills the entry; the others poll
+    /// for it with backoff, bounded by the lease wait, then fetch from the origin themselves.
+    /// Any lease failure falls back to the origin.
+    async fn fill_with_lease(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Outcome {
+        let lease = self.config.shared.lease;
+        match shared.try_lease(identity, lease.ttl).await {
+            LeaseOutcome::Won(token) => {
+                record_lease("won");
+                let result = self.fill_from_origin(shared, identity, url).await;
+                if result.is_ok() {
+                    // With write-behind the entry lands a little later; waiters keep polling.
+                    shared.release_lease(identity, token).await;
+                }
+                result
+            }
+            LeaseOutcome::Held => {
+                let deadline = Instant::now() + lease.wait;
+                let mut pause = Duration::from_millis(5);
+                while Instant::now() + pause < deadline {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                    let (cached, outcome) = shared.get_with_outcome(identity).await;
+                    if let Some(bytes) = cached {
+                        if let Some(hit) = self.decode_cached(shared, identity, bytes).await {
+                            record_lease("waited_hit");
+                            return Ok(hit);
+                        }
+                        break;
+                    }
+                    if outcome != GetOutcome::Miss {
+                        break; // the cache failed: stop waiting on it
+                    }
+                }
+                record_lease("waited_timeout");
+                self.fill_from_origin(shared, identity, url).await
+            }
+            _ => {
+                record_lease("error");
+                self.fill_from_origin(shared, identity, url).await
+            }
+        }
     }
 
     async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
@@ -549,6 +655,10 @@ impl Inner {
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))
     }
+}
+
+fn record_lease(outcome: &'static str) {
+    ::metrics::counter!(metrics::LEASES, "outcome" => outcome).increment(1);
 }
 
 fn observe(source: Source, started: Instant) {

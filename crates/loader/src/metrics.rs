@@ -21,6 +21,8 @@ pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
 pub const BYPASSES: &str = "mmcache_cache_bypass_total";
 /// Shared-cache values that did not decode and were deleted.
 pub const SHARED_CORRUPT: &str = "mmcache_shared_cache_corrupt_total";
+/// Stampede leases by `outcome` (`won`, `waited_hit`, `waited_timeout`, `error`).
+pub const LEASES: &str = "mmcache_shared_cache_lease_total";
 /// Decoded-cache entries (gauge).
 pub const DECODED_CACHE_ENTRIES: &str = "mmcache_decoded_cache_entries";
 /// Decoded-cache weighed bytes (gauge).
@@ -75,6 +77,15 @@ pub fn describe() {
     describe_counter!(
         SHARED_CORRUPT,
         "Shared-cache values that failed to decode and were deleted"
+    );
+    describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
+    describe_counter!(
+        shared_cache::BREAKER_TRANSITIONS,
+        "Shared image cache breaker transitions"
+    );
+    describe_gauge!(
+        shared_cache::BREAKERS_OPEN,
+        "Shared image cache breakers open or half-open"
     );
     describe_gauge!(DECODED_CACHE_ENTRIES, "Entries in the decoded-image cache");
     describe_gauge!(

@@ -47,6 +47,7 @@ mod error;
 pub mod metrics;
 mod slots;
 mod warn;
+mod write_behind;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,6 +89,49 @@ pub fn entry_key(identity: &CacheIdentity) -> String {
     format!("dynamo:mm:image:{{{}}}:bytes", identity.sha256_hex())
 }
 
+/// The stampede-lease key of an identity: `dynamo:mm:image:{<sha256hex(identity)>}:lease`,
+/// in the same slot as the entry.
+pub fn lease_key(identity: &CacheIdentity) -> String {
+    format!("dynamo:mm:image:{{{}}}:lease", identity.sha256_hex())
+}
+
+/// How an attempt to take the stampede lease of an entry ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseOutcome {
+    /// This worker holds the lease (with this token) and should fill the entry.
+    Won(u64),
+    /// Another worker holds it: wait for the entry.
+    Held,
+    /// The lease could not be taken or checked (failure or open breaker): go on without it.
+    Unavailable,
+}
+
+/// Write-behind settings: SETs go to a bounded queue drained by a background task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteBehindConfig {
+    /// Queue SETs instead of awaiting them. Default off.
+    pub enabled: bool,
+    /// Most queued writes; a full queue drops the write (counted). Default 256.
+    pub max_queued: usize,
+    /// Most queued bytes; over it the write is dropped. Default 256 MiB.
+    pub max_queued_bytes: usize,
+    /// Writes in flight at once. Default 8.
+    pub concurrency: usize,
+}
+
+impl Default for WriteBehindConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_queued: 256,
+            max_queued_bytes: 256 << 20,
+            concurrency: 8,
+        }
+    }
+}
+
 /// Settings of the shared cache.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -106,6 +150,8 @@ pub struct SharedCacheConfig {
     pub tls_root_ca_pem: Option<Vec<u8>>,
     /// Per-node circuit breakers. Default on: 5 consecutive failures, 1 s cool-down.
     pub breaker: BreakerConfig,
+    /// Write-behind of SETs. Default off.
+    pub write_behind: WriteBehindConfig,
     /// The clock used for warnings, breakers and rediscovery (tests move it by hand).
     pub clock: Arc<dyn Clock>,
 }
@@ -119,6 +165,7 @@ impl std::fmt::Debug for SharedCacheConfig {
             .field("io_timeout", &self.io_timeout)
             .field("max_value_bytes", &self.max_value_bytes)
             .field("breaker", &self.breaker)
+            .field("write_behind", &self.write_behind)
             .field(
                 "tls_root_ca_pem",
                 &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
@@ -138,6 +185,7 @@ impl SharedCacheConfig {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             tls_root_ca_pem: None,
             breaker: BreakerConfig::default(),
+            write_behind: WriteBehindConfig::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -174,6 +222,8 @@ pub struct SharedCacheStats {
     pub skipped: u64,
     /// Times a breaker opened.
     pub breaker_opens: u64,
+    /// Write-behind SETs dropped because the queue was full.
+    pub write_behind_dropped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +239,7 @@ struct Counters {
     rediscoveries: AtomicU64,
     skipped: AtomicU64,
     breaker_opens: AtomicU64,
+    write_behind_dropped: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -214,6 +265,7 @@ struct Inner {
     counters: Counters,
     breakers: breaker::Breakers,
     slots: slots::SlotMap,
+    queue: write_behind::Queue,
 }
 
 /// The shared cache client. Cheap to clone; all clones share one cluster connection.
@@ -280,6 +332,7 @@ impl SharedCache {
                 counters: Counters::default(),
                 breakers: breaker::Breakers::new(config.breaker),
                 slots: slots::SlotMap::default(),
+                queue: write_behind::Queue::new(config.write_behind),
                 config,
             }),
         })
@@ -306,6 +359,7 @@ impl SharedCache {
             rediscoveries: load(&c.rediscoveries),
             skipped: load(&c.skipped),
             breaker_opens: load(&c.breaker_opens),
+            write_behind_dropped: load(&c.write_behind_dropped),
         }
     }
 
@@ -400,6 +454,69 @@ impl SharedCache {
         };
         metrics::record_set(outcome, len, started.elapsed());
         outcome
+    }
+
+    /// Stores `bytes` like [`SharedCache::set`], through the write-behind queue when it is
+    /// enabled: returns at once; a full queue drops the write ([`WriteOutcome::Skipped`],
+    /// counted in `mmcache_shared_cache_write_behind_dropped_total`).
+    pub async fn store(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
+        if !self.inner.config.write_behind.enabled {
+            return self.set(identity, bytes).await;
+        }
+        if bytes.len() > self.inner.config.max_value_bytes {
+            metrics::record_skip("set", "too_large");
+            return WriteOutcome::Skipped;
+        }
+        if self.inner.queue.push(self, identity.clone(), bytes) {
+            WriteOutcome::Success
+        } else {
+            bump(&self.inner.counters.write_behind_dropped);
+            metrics::record_skip("set", "queue_full");
+            WriteOutcome::Skipped
+        }
+    }
+
+    /// Waits until every queued write is done, at most `deadline`. Returns whether the queue
+    /// drained. Call it at shutdown.
+    pub async fn flush(&self, deadline: Duration) -> bool {
+        self.inner.queue.flush(deadline).await
+    }
+
+    /// Tries to take the stampede lease of `identity` for `ttl` (`SET lease NX PX ttl`).
+    pub async fn try_lease(&self, identity: &CacheIdentity, ttl: Duration) -> LeaseOutcome {
+        let key = lease_key(identity);
+        let token = lease_token();
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let result = self
+            .run("lease", &key, |mut conn, key| async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ms)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await;
+        match result {
+            Ok(Some(_)) => LeaseOutcome::Won(token),
+            Ok(None) => LeaseOutcome::Held,
+            Err(_) => LeaseOutcome::Unavailable,
+        }
+    }
+
+    /// Gives the lease back once the entry is filled (best effort: it expires anyway).
+    pub async fn release_lease(&self, identity: &CacheIdentity, _token: u64) {
+        let key = lease_key(identity);
+        let _ = self
+            .run("lease", &key, |mut conn, key| async move {
+                redis::cmd("DEL")
+                    .arg(key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            })
+            .await;
     }
 
     /// Deletes the entry for `identity` (used when a cached value fails to decode).
@@ -638,6 +755,15 @@ fn install_crypto_provider() {
         // Losing a race to another installer is fine: some provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// A token that tells this lease holder apart from others (time and a process counter).
+fn lease_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32) ^ NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Why an operation produced no result.
