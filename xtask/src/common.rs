@@ -121,7 +121,16 @@ pub(crate) async fn run_fleet(
     urls: Arc<Vec<String>>,
     plan: &Plan,
 ) -> Vec<Record> {
-    let started = Instant::now();
+    run_fleet_from(Instant::now(), loaders, urls, plan).await
+}
+
+/// [`run_fleet`] with record times measured from `started`.
+pub(crate) async fn run_fleet_from(
+    started: Instant,
+    loaders: &[Loader],
+    urls: Arc<Vec<String>>,
+    plan: &Plan,
+) -> Vec<Record> {
     let zipf = Arc::new(Zipf::new(urls.len(), plan.zipf_s));
     let mut tasks = tokio::task::JoinSet::new();
     for (w, loader) in loaders.iter().enumerate() {

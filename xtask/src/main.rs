@@ -4,11 +4,15 @@
 //!   clippy `-D warnings`, every test, and the doc build. CI runs exactly this.
 //! - `demo`: the main job: a local origin, a fleet of loaders with and without a shared Redis
 //!   Cluster, and a short report.
+//! - `chaos`: kill, hang, corrupt and move cache nodes under a live fleet; every load must
+//!   succeed. Writes tables, JSON and SVG timelines to `target/chaos/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
 
+mod chaos;
 mod common;
 mod demo;
 mod gate;
+mod svg;
 
 use anyhow::bail;
 
@@ -17,6 +21,8 @@ usage: cargo xtask <command>
 
   test                 prerequisites, fmt, clippy, tests, docs (what CI runs)
   demo [--metrics]     run the fleet demo on a local origin and Redis Cluster
+  chaos [--scenario NAME]... [--quick] [--out DIR]
+                       fault injection on a live fleet (default: every scenario)
   cluster [--masters N] [--tls]
                        start a local Redis Cluster until Enter is pressed";
 
@@ -27,6 +33,7 @@ fn main() -> anyhow::Result<()> {
     match cmd.as_str() {
         "test" => gate::run(&rest),
         "demo" => demo::run(&rest),
+        "chaos" => chaos::run(&rest),
         "cluster" => common::run_cluster(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");

@@ -533,6 +533,41 @@ impl RedisCluster {
         }
     }
 
+    /// After killing master `i`, waits until the others flag it as failed and a replica has
+    /// taken over its slots (`cluster_state:ok` with every slot served).
+    ///
+    /// # Errors
+    ///
+    /// When no failover completes `within`.
+    pub fn wait_failover(&self, i: usize, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        let needle = format!("{}:{}@", self.nodes[i].ip, self.nodes[i].port);
+        loop {
+            let flagged = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !n.stopped)
+                .all(|(j, _)| {
+                    self.cli(j, &["CLUSTER", "NODES"]).is_ok_and(|nodes| {
+                        nodes.lines().any(|l| {
+                            l.contains(&needle)
+                                && l.split(' ')
+                                    .nth(2)
+                                    .is_some_and(|f| f.split(',').any(|x| x == "fail"))
+                        })
+                    })
+                });
+            if flagged {
+                return self.wait_ok(deadline.saturating_duration_since(Instant::now()));
+            }
+            if Instant::now() > deadline {
+                bail!("node {i} was not flagged as failed within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Kills node `i` (SIGKILL) and reaps it.
     pub fn kill(&mut self, i: usize) {
         let node = &mut self.nodes[i];

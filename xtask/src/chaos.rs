@@ -1,0 +1,689 @@
+//! `cargo xtask chaos`: a fleet of independent loaders keeps loading from a healthy origin
+//! while cache nodes die, hang, get corrupted and come back at new addresses. Every load must
+//! succeed. Writes a table, JSON, a per-load CSV and an SVG timeline per scenario.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use mmcache_loader::{Loader, Source};
+use mmcache_test_support::forward::Forwarder;
+use mmcache_test_support::origin::TestOrigin;
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+
+use crate::common::{self, Plan, Record, Summary, ms};
+use crate::svg::{self, Window};
+
+const SCENARIOS: [&str; 7] = [
+    "node-kill",
+    "new-addresses",
+    "hung-node",
+    "cold-start",
+    "corrupt-entries",
+    "tls",
+    "single-node",
+];
+
+/// Shared-cache timeouts of the chaos fleet: every load waits at most GET + SET of these.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+const IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// Bound on "shared hits resume after the cluster is healthy".
+const RECOVERY_BOUND: Duration = Duration::from_secs(10);
+const WORKERS: usize = 3;
+const IMAGES: usize = 40;
+
+struct Ctx {
+    quick: bool,
+    out: PathBuf,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Ctx {
+    /// Seconds of steady load before the fault.
+    fn warmup(&self) -> f64 {
+        if self.quick { 2.0 } else { 5.0 }
+    }
+    /// Seconds a fault lasts (outage, hang).
+    fn fault(&self) -> f64 {
+        if self.quick { 2.0 } else { 5.0 }
+    }
+    /// Seconds of load after the fault ends.
+    fn after(&self) -> f64 {
+        if self.quick { 5.0 } else { 12.0 }
+    }
+}
+
+/// A running scenario: cluster, stable endpoint, origin, fleet.
+struct Setup {
+    cluster: RedisCluster,
+    endpoint: Forwarder,
+    _origin: TestOrigin,
+    urls: Arc<Vec<String>>,
+    loaders: Vec<Loader>,
+}
+
+impl Setup {
+    fn new(opts: ClusterOptions, endpoint_ip: Ipv4Addr) -> anyhow::Result<Self> {
+        let cluster = RedisCluster::start(opts).context("start the cluster")?;
+        let endpoint = Forwarder::start(endpoint_ip.into(), Some(cluster.nodes[0].addr()))?;
+        let (origin, urls) = common::image_origin(IMAGES, Duration::from_millis(5));
+        let scheme = if cluster.options().tls {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let url = format!("{scheme}://{}", endpoint.addr());
+        let loaders = (0..WORKERS)
+            .map(|_| {
+                let mut b = Loader::builder()
+                    .allow_internal(true)
+                    .decoded_cache_entries(Some(0)) // every load exercises the shared cache
+                    .shared_cache_url(url.clone())
+                    .shared_cache_connect_timeout(CONNECT_TIMEOUT)
+                    .shared_cache_io_timeout(IO_TIMEOUT);
+                if let Some(ca) = cluster.ca_pem() {
+                    b = b.shared_cache_tls_root_ca(ca);
+                }
+                Ok(b.build()?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self {
+            cluster,
+            endpoint,
+            _origin: origin,
+            urls: Arc::new(urls),
+            loaders,
+        })
+    }
+}
+
+/// What a scenario reports.
+struct Report {
+    name: &'static str,
+    failed: Vec<String>,
+    summary: Summary,
+    recovery: Option<Duration>,
+    events: Vec<(f64, String)>,
+    windows: Vec<Window>,
+    records: Vec<Record>,
+    total: Duration,
+}
+
+/// The fleet runs in the background while the caller injects faults; `finish` collects.
+struct Run {
+    started: Instant,
+    handle: tokio::task::JoinHandle<Vec<Record>>,
+    total: Duration,
+    events: Vec<(f64, String)>,
+}
+
+impl Run {
+    fn start(ctx: &Ctx, setup: &Setup, total_secs: f64) -> Self {
+        let total = Duration::from_secs_f64(total_secs);
+        let plan = Plan {
+            loads_per_worker: 200_000, // bounded by the duration long before this
+            lanes: 2,
+            zipf_s: 0.9,
+            seed: 7,
+            duration: Some(total),
+            pace: Duration::from_millis(5),
+        };
+        let started = Instant::now();
+        let (loaders, urls) = (setup.loaders.clone(), setup.urls.clone());
+        let handle = ctx
+            .rt
+            .spawn(async move { common::run_fleet_from(started, &loaders, urls, &plan).await });
+        Self {
+            started,
+            handle,
+            total,
+            events: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn sleep_until(&self, t: f64) {
+        let left = t - self.now();
+        if left > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(left));
+        }
+    }
+
+    fn event(&mut self, what: impl Into<String>) -> f64 {
+        let t = self.now();
+        let what = what.into();
+        println!("    {t:6.2}s  {what}");
+        self.events.push((t, what));
+        t
+    }
+
+    fn finish(self, ctx: &Ctx) -> anyhow::Result<(Vec<Record>, Vec<(f64, String)>, Duration)> {
+        let records = ctx.rt.block_on(self.handle).context("fleet panicked")?;
+        Ok((records, self.events, self.total))
+    }
+}
+
+fn shared_between(records: &[Record], from: f64, to: f64) -> usize {
+    records
+        .iter()
+        .filter(|r| r.source == Some(Source::Shared))
+        .filter(|r| (from..to).contains(&r.at.as_secs_f64()))
+        .count()
+}
+
+fn first_shared_after(records: &[Record], t: f64) -> Option<Duration> {
+    records
+        .iter()
+        .find(|r| r.source == Some(Source::Shared) && r.at.as_secs_f64() >= t)
+        .map(|r| Duration::from_secs_f64(r.at.as_secs_f64() - t))
+}
+
+fn check(failed: &mut Vec<String>, ok: bool, what: impl Into<String>) {
+    if !ok {
+        failed.push(what.into());
+    }
+}
+
+fn base_checks(records: &[Record], failed: &mut Vec<String>) -> Summary {
+    let summary = common::summarize(records);
+    if summary.failures > 0 {
+        let first = records
+            .iter()
+            .find_map(|r| r.error.clone())
+            .unwrap_or_default();
+        failed.push(format!(
+            "{} of {} loads failed (first: {first})",
+            summary.failures, summary.loads
+        ));
+    }
+    check(
+        failed,
+        summary.loads > 100,
+        format!("only {} loads ran", summary.loads),
+    );
+    summary
+}
+
+fn recovery_check(records: &[Record], healthy: f64, failed: &mut Vec<String>) -> Option<Duration> {
+    let recovery = first_shared_after(records, healthy);
+    match recovery {
+        None => failed.push("shared-cache hits never resumed after the cluster was healthy".into()),
+        Some(d) if d > RECOVERY_BOUND => failed.push(format!(
+            "shared-cache hits resumed after {d:?}, bound {RECOVERY_BOUND:?}"
+        )),
+        Some(_) => {}
+    }
+    recovery
+}
+
+fn report(
+    name: &'static str,
+    run: (Vec<Record>, Vec<(f64, String)>, Duration),
+    failed: Vec<String>,
+    summary: Summary,
+    recovery: Option<Duration>,
+    windows: Vec<Window>,
+) -> Report {
+    let (records, events, total) = run;
+    Report {
+        name,
+        failed,
+        summary,
+        recovery,
+        events,
+        windows,
+        records,
+        total,
+    }
+}
+
+/// 1. A master is killed; with a replica it fails over.
+fn node_kill(ctx: &Ctx) -> anyhow::Result<Report> {
+    let opts = ClusterOptions {
+        masters: 3,
+        replicas: 1,
+        ..Default::default()
+    };
+    let mut setup = Setup::new(opts, Ipv4Addr::LOCALHOST)?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after() + 2.0);
+    run.sleep_until(ctx.warmup());
+    let killed = run.event("kill master 0 (SIGKILL)");
+    setup.cluster.kill(0);
+    setup
+        .cluster
+        .wait_failover(0, Duration::from_secs(30))
+        .context("failover")?;
+    let healed = run.event("replica promoted: cluster_state ok");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    let during = shared_between(&result.0, killed, healed.max(killed + 0.5));
+    check(
+        &mut failed,
+        during > 0,
+        "no shared hits while the master was down (other slots must keep serving)",
+    );
+    let recovery = recovery_check(&result.0, healed, &mut failed);
+    let windows = vec![Window {
+        from: killed,
+        to: healed,
+        label: "master killed → failover".into(),
+    }];
+    Ok(report(
+        "node-kill",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+/// 2. Every node stops and comes back at new addresses; only the endpoint stays.
+fn new_addresses(ctx: &Ctx) -> anyhow::Result<Report> {
+    let ips: Vec<Ipv4Addr> = (31..=33).map(|d| Ipv4Addr::new(127, 0, 0, d)).collect();
+    let new_ips: Vec<Ipv4Addr> = (41..=43).map(|d| Ipv4Addr::new(127, 0, 0, d)).collect();
+    let opts = ClusterOptions {
+        ips,
+        ..Default::default()
+    };
+    let mut setup = Setup::new(opts, Ipv4Addr::new(127, 0, 0, 30))?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after() + 2.0);
+    run.sleep_until(ctx.warmup());
+    let down = run.event("kill every node");
+    setup.cluster.kill_all();
+    setup.endpoint.set_target(None);
+    run.sleep_until(down + ctx.fault());
+    run.event("restart every node at 127.0.0.41-43, CLUSTER MEET all pairs");
+    setup.cluster.move_all(&new_ips)?;
+    setup
+        .endpoint
+        .set_target(Some(setup.cluster.nodes[0].addr()));
+    let healthy = run.event("cluster_state ok at new addresses; endpoint re-pointed");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let windows = vec![Window {
+        from: down,
+        to: healthy,
+        label: "outage → new addresses".into(),
+    }];
+    Ok(report(
+        "new-addresses",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+/// 3. A master is SIGSTOPped, then resumed.
+fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
+    let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
+    run.sleep_until(ctx.warmup());
+    let hung = run.event("SIGSTOP master 0");
+    setup.cluster.hang(0)?;
+    run.sleep_until(hung + ctx.fault());
+    setup.cluster.resume(0)?;
+    let resumed = run.event("SIGCONT master 0");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    // A load does at most a GET and a SET, each bounded by connect + I/O timeouts.
+    let bound = (CONNECT_TIMEOUT + IO_TIMEOUT) * 2 + Duration::from_millis(500);
+    check(
+        &mut failed,
+        summary.max <= bound,
+        format!("a load took {:?}, bound {bound:?}", summary.max),
+    );
+    check(
+        &mut failed,
+        shared_between(&result.0, hung, resumed) > 0,
+        "no shared hits from the healthy masters during the hang",
+    );
+    let recovery = recovery_check(&result.0, resumed, &mut failed);
+    drop(setup);
+    let windows = vec![Window {
+        from: hung,
+        to: resumed,
+        label: "master 0 hung".into(),
+    }];
+    Ok(report(
+        "hung-node",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+/// 4. Loaders start while the cluster is down; it comes up later.
+fn cold_start(ctx: &Ctx) -> anyhow::Result<Report> {
+    let opts = ClusterOptions {
+        ips: vec![Ipv4Addr::new(127, 0, 0, 51)],
+        ..Default::default()
+    };
+    let mut setup = Setup::new(opts, Ipv4Addr::new(127, 0, 0, 50))?;
+    setup.cluster.kill_all();
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.after());
+    run.event("loaders start; every cache node is down");
+    run.sleep_until(ctx.warmup());
+    for i in 0..setup.cluster.nodes.len() {
+        setup.cluster.restart(i)?;
+    }
+    setup.cluster.wait_ok(Duration::from_secs(30))?;
+    let healthy = run.event("cluster started: cluster_state ok");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    check(
+        &mut failed,
+        shared_between(&result.0, 0.0, healthy - 0.5) == 0,
+        "shared hits while the cluster was down?",
+    );
+    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let windows = vec![Window {
+        from: 0.0,
+        to: healthy,
+        label: "cluster down".into(),
+    }];
+    Ok(report(
+        "cold-start",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+/// 5. Entries are overwritten out of band with truncated and garbage bytes.
+fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
+    let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.after());
+    run.sleep_until(ctx.warmup());
+    let from = run.event(format!(
+        "overwrite all {IMAGES} entries: half truncated, half garbage"
+    ));
+    let mut written = 0;
+    for (i, url) in setup.urls.iter().enumerate() {
+        let key = mmcache_loader::shared_cache::entry_key(
+            &mmcache_loader::scope::CacheIdentity::unscoped(url),
+        );
+        let value = match setup.cluster.get_raw(&key)? {
+            Some(v) if i % 2 == 0 => v[..v.len() / 2].to_vec(),
+            _ => b"<html>not an image</html>".to_vec(),
+        };
+        setup.cluster.set_raw(&key, &value, Some(3600))?;
+        written += 1;
+    }
+    let to = run.event(format!("{written} entries corrupted"));
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    let deleted: u64 = setup
+        .loaders
+        .iter()
+        .map(|l| l.shared_cache().map_or(0, |s| s.stats().del_ok))
+        .sum();
+    check(&mut failed, deleted > 0, "no corrupt entry was deleted");
+    // The most requested images were refilled with bytes that decode.
+    let mut bad = 0;
+    for url in setup.urls.iter().take(5) {
+        let key = mmcache_loader::shared_cache::entry_key(
+            &mmcache_loader::scope::CacheIdentity::unscoped(url),
+        );
+        let ok = setup.cluster.get_raw(&key)?.is_some_and(|v| {
+            mmcache_loader::decode::decode(&v, &mmcache_loader::decode::DecodeLimits::default())
+                .is_ok()
+        });
+        bad += usize::from(!ok);
+    }
+    check(
+        &mut failed,
+        bad == 0,
+        format!("{bad} of the 5 hottest entries were not refilled"),
+    );
+    let recovery = recovery_check(&result.0, to, &mut failed);
+    let windows = vec![Window {
+        from,
+        to: to.max(from + 0.2),
+        label: format!("corrupt ({deleted} deleted+refilled)"),
+    }];
+    Ok(report(
+        "corrupt-entries",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+/// 6. A rediss:// cluster: a master is killed and restarted.
+fn tls(ctx: &Ctx) -> anyhow::Result<Report> {
+    let opts = ClusterOptions {
+        tls: true,
+        ips: vec![Ipv4Addr::new(127, 0, 0, 21)],
+        ..Default::default()
+    };
+    let mut setup = Setup::new(opts, Ipv4Addr::new(127, 0, 0, 20))?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
+    run.sleep_until(ctx.warmup());
+    let killed = run.event("kill master 1 of the TLS cluster");
+    setup.cluster.kill(1);
+    run.sleep_until(killed + ctx.fault());
+    setup.cluster.restart(1)?;
+    setup.cluster.wait_ok(Duration::from_secs(30))?;
+    let healthy = run.event("master 1 restarted: cluster_state ok");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    check(
+        &mut failed,
+        shared_between(&result.0, 0.0, killed) > 0,
+        "no TLS shared hits before the fault",
+    );
+    check(
+        &mut failed,
+        shared_between(&result.0, killed, healthy) > 0,
+        "no TLS shared hits from the other masters",
+    );
+    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let windows = vec![Window {
+        from: killed,
+        to: healthy,
+        label: "TLS master down".into(),
+    }];
+    Ok(report("tls", result, failed, summary, recovery, windows))
+}
+
+/// 7. A one-node cluster (Dragonfly's emulated cluster mode) restarted.
+fn single_node(ctx: &Ctx) -> anyhow::Result<Report> {
+    let opts = ClusterOptions {
+        masters: 1,
+        ..Default::default()
+    };
+    let mut setup = Setup::new(opts, Ipv4Addr::LOCALHOST)?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
+    run.sleep_until(ctx.warmup());
+    let killed = run.event("kill the only node");
+    setup.cluster.kill(0);
+    run.sleep_until(killed + ctx.fault());
+    setup.cluster.restart(0)?;
+    setup.cluster.wait_ok(Duration::from_secs(30))?;
+    let healthy = run.event("node restarted: cluster_state ok");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.0, &mut failed);
+    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let windows = vec![Window {
+        from: killed,
+        to: healthy,
+        label: "single node down".into(),
+    }];
+    Ok(report(
+        "single-node",
+        result,
+        failed,
+        summary,
+        recovery,
+        windows,
+    ))
+}
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let mut quick = false;
+    let mut out = PathBuf::from("target/chaos");
+    let mut chosen: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--out" => out = PathBuf::from(it.next().context("--out DIR")?),
+            "--scenario" => chosen.push(it.next().context("--scenario NAME")?.clone()),
+            other => {
+                bail!("unknown flag `{other}` (chaos takes --scenario NAME, --quick, --out DIR)")
+            }
+        }
+    }
+    for c in &chosen {
+        anyhow::ensure!(
+            SCENARIOS.contains(&c.as_str()),
+            "unknown scenario `{c}`; known: {}",
+            SCENARIOS.join(", ")
+        );
+    }
+    if chosen.is_empty() {
+        chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
+    }
+    crate::gate::ensure_prerequisites()?;
+    std::fs::create_dir_all(&out)?;
+    let ctx = Ctx {
+        quick,
+        out,
+        rt: common::runtime()?,
+    };
+    let mut reports = Vec::new();
+    for name in &chosen {
+        println!("==> chaos {name}{}", if quick { " (quick)" } else { "" });
+        let report = match name.as_str() {
+            "node-kill" => node_kill(&ctx),
+            "new-addresses" => new_addresses(&ctx),
+            "hung-node" => hung_node(&ctx),
+            "cold-start" => cold_start(&ctx),
+            "corrupt-entries" => corrupt_entries(&ctx),
+            "tls" => tls(&ctx),
+            _ => single_node(&ctx),
+        }
+        .with_context(|| format!("scenario {name} could not run"))?;
+        write_outputs(&ctx.out, &report)?;
+        print_report(&report);
+        reports.push(report);
+    }
+    let table = summary_table(&reports);
+    println!("\n{table}");
+    std::fs::write(ctx.out.join("summary.md"), &table)?;
+    println!("outputs in {}", ctx.out.display());
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.failed.is_empty())
+        .map(|r| r.name)
+        .collect();
+    if !failed.is_empty() {
+        bail!("chaos scenarios failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    let verdict = if r.failed.is_empty() { "PASS" } else { "FAIL" };
+    println!("    {verdict} {}", r.name);
+    for f in &r.failed {
+        println!("      assertion failed: {f}");
+    }
+}
+
+fn summary_table(reports: &[Report]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| scenario | result | loads | failed | shared | origin | p50 ms | p99 ms | max ms | recovery |"
+    );
+    let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in reports {
+        let s = &r.summary;
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {} |",
+            r.name,
+            if r.failed.is_empty() { "PASS" } else { "FAIL" },
+            s.loads,
+            s.failures,
+            s.shared,
+            s.origin + s.inflight + s.memory,
+            ms(s.p50),
+            ms(s.p99),
+            ms(s.max),
+            r.recovery
+                .map_or_else(|| "-".into(), |d| format!("{:.0} ms", ms(d)))
+        );
+    }
+    t
+}
+
+fn write_outputs(out: &Path, r: &Report) -> anyhow::Result<()> {
+    let title = format!(
+        "chaos {}: {} loads, {} failed, recovery {}",
+        r.name,
+        r.summary.loads,
+        r.summary.failures,
+        r.recovery
+            .map_or_else(|| "-".into(), |d| format!("{:.0} ms", ms(d)))
+    );
+    std::fs::write(
+        out.join(format!("{}.svg", r.name)),
+        svg::timeline(&title, &r.records, &r.windows, r.total),
+    )?;
+    let mut csv = String::from("t_ms,worker,image,source,latency_ms,outcome\n");
+    for rec in &r.records {
+        let _ = writeln!(
+            csv,
+            "{:.3},{},{},{},{:.3},{}",
+            ms(rec.at),
+            rec.worker,
+            rec.image,
+            rec.source.map_or("none", Source::as_str),
+            ms(rec.latency),
+            if rec.error.is_some() { "error" } else { "ok" }
+        );
+    }
+    std::fs::write(out.join(format!("{}.loads.csv", r.name)), csv)?;
+    let s = &r.summary;
+    let json = serde_json::json!({
+        "scenario": r.name,
+        "pass": r.failed.is_empty(),
+        "failed_assertions": r.failed,
+        "loads": s.loads,
+        "failures": s.failures,
+        "sources": { "memory": s.memory, "inflight": s.inflight, "shared": s.shared, "origin": s.origin },
+        "latency_ms": { "p50": ms(s.p50), "p99": ms(s.p99), "max": ms(s.max) },
+        "recovery_ms": r.recovery.map(ms),
+        "events": r.events.iter().map(|(t, w)| serde_json::json!({ "t_s": t, "what": w })).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        out.join(format!("{}.json", r.name)),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    Ok(())
+}
