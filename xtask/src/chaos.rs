@@ -163,10 +163,21 @@ impl Run {
         t
     }
 
-    fn finish(self, ctx: &Ctx) -> anyhow::Result<(Vec<Record>, Vec<(f64, String)>, Duration)> {
+    fn finish(self, ctx: &Ctx) -> anyhow::Result<Finished> {
         let records = ctx.rt.block_on(self.handle).context("fleet panicked")?;
-        Ok((records, self.events, self.total))
+        Ok(Finished {
+            records,
+            events: self.events,
+            total: self.total,
+        })
     }
+}
+
+/// What a finished run recorded.
+struct Finished {
+    records: Vec<Record>,
+    events: Vec<(f64, String)>,
+    total: Duration,
 }
 
 fn shared_between(records: &[Record], from: f64, to: f64) -> usize {
@@ -224,13 +235,17 @@ fn recovery_check(records: &[Record], healthy: f64, failed: &mut Vec<String>) ->
 
 fn report(
     name: &'static str,
-    run: (Vec<Record>, Vec<(f64, String)>, Duration),
+    run: Finished,
     failed: Vec<String>,
     summary: Summary,
     recovery: Option<Duration>,
     windows: Vec<Window>,
 ) -> Report {
-    let (records, events, total) = run;
+    let Finished {
+        records,
+        events,
+        total,
+    } = run;
     Report {
         name,
         failed,
@@ -262,14 +277,14 @@ fn node_kill(ctx: &Ctx) -> anyhow::Result<Report> {
     let healed = run.event("replica promoted: cluster_state ok");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
-    let during = shared_between(&result.0, killed, healed.max(killed + 0.5));
+    let summary = base_checks(&result.records, &mut failed);
+    let during = shared_between(&result.records, killed, healed.max(killed + 0.5));
     check(
         &mut failed,
         during > 0,
         "no shared hits while the master was down (other slots must keep serving)",
     );
-    let recovery = recovery_check(&result.0, healed, &mut failed);
+    let recovery = recovery_check(&result.records, healed, &mut failed);
     let windows = vec![Window {
         from: killed,
         to: healed,
@@ -308,8 +323,8 @@ fn new_addresses(ctx: &Ctx) -> anyhow::Result<Report> {
     let healthy = run.event("cluster_state ok at new addresses; endpoint re-pointed");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
-    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
+    let recovery = recovery_check(&result.records, healthy, &mut failed);
     let windows = vec![Window {
         from: down,
         to: healthy,
@@ -337,7 +352,7 @@ fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
     let resumed = run.event("SIGCONT master 0");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
     // A load does at most a GET and a SET, each bounded by connect + I/O timeouts.
     let bound = (CONNECT_TIMEOUT + IO_TIMEOUT) * 2 + Duration::from_millis(500);
     check(
@@ -347,10 +362,10 @@ fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
     );
     check(
         &mut failed,
-        shared_between(&result.0, hung, resumed) > 0,
+        shared_between(&result.records, hung, resumed) > 0,
         "no shared hits from the healthy masters during the hang",
     );
-    let recovery = recovery_check(&result.0, resumed, &mut failed);
+    let recovery = recovery_check(&result.records, resumed, &mut failed);
     drop(setup);
     let windows = vec![Window {
         from: hung,
@@ -385,13 +400,13 @@ fn cold_start(ctx: &Ctx) -> anyhow::Result<Report> {
     let healthy = run.event("cluster started: cluster_state ok");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
     check(
         &mut failed,
-        shared_between(&result.0, 0.0, healthy - 0.5) == 0,
+        shared_between(&result.records, 0.0, healthy - 0.5) == 0,
         "shared hits while the cluster was down?",
     );
-    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let recovery = recovery_check(&result.records, healthy, &mut failed);
     let windows = vec![Window {
         from: 0.0,
         to: healthy,
@@ -430,7 +445,7 @@ fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
     let to = run.event(format!("{written} entries corrupted"));
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
     let deleted: u64 = setup
         .loaders
         .iter()
@@ -454,7 +469,7 @@ fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
         bad == 0,
         format!("{bad} of the 5 hottest entries were not refilled"),
     );
-    let recovery = recovery_check(&result.0, to, &mut failed);
+    let recovery = recovery_check(&result.records, to, &mut failed);
     let windows = vec![Window {
         from,
         to: to.max(from + 0.2),
@@ -488,18 +503,18 @@ fn tls(ctx: &Ctx) -> anyhow::Result<Report> {
     let healthy = run.event("master 1 restarted: cluster_state ok");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
     check(
         &mut failed,
-        shared_between(&result.0, 0.0, killed) > 0,
+        shared_between(&result.records, 0.0, killed) > 0,
         "no TLS shared hits before the fault",
     );
     check(
         &mut failed,
-        shared_between(&result.0, killed, healthy) > 0,
+        shared_between(&result.records, killed, healthy) > 0,
         "no TLS shared hits from the other masters",
     );
-    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let recovery = recovery_check(&result.records, healthy, &mut failed);
     let windows = vec![Window {
         from: killed,
         to: healthy,
@@ -525,8 +540,8 @@ fn single_node(ctx: &Ctx) -> anyhow::Result<Report> {
     let healthy = run.event("node restarted: cluster_state ok");
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
-    let summary = base_checks(&result.0, &mut failed);
-    let recovery = recovery_check(&result.0, healthy, &mut failed);
+    let summary = base_checks(&result.records, &mut failed);
+    let recovery = recovery_check(&result.records, healthy, &mut failed);
     let windows = vec![Window {
         from: killed,
         to: healthy,
@@ -586,7 +601,20 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "tls" => tls(&ctx),
             _ => single_node(&ctx),
         }
-        .with_context(|| format!("scenario {name} could not run"))?;
+        .unwrap_or_else(|e| Report {
+            name: SCENARIOS
+                .iter()
+                .find(|s| **s == name.as_str())
+                .copied()
+                .unwrap_or("?"),
+            failed: vec![format!("scenario could not run: {e:#}")],
+            summary: Summary::default(),
+            recovery: None,
+            events: Vec::new(),
+            windows: Vec::new(),
+            records: Vec::new(),
+            total: Duration::from_secs(1),
+        });
         write_outputs(&ctx.out, &report)?;
         print_report(&report);
         reports.push(report);

@@ -6,8 +6,11 @@
 //!   Cluster, and a short report.
 //! - `chaos`: kill, hang, corrupt and move cache nodes under a live fleet; every load must
 //!   succeed. Writes tables, JSON and SVG timelines to `target/chaos/`.
+//! - `bench`: throughput and latency of every layer against same-run baselines, written to
+//!   `target/bench/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
 
+mod bench;
 mod chaos;
 mod common;
 mod demo;
@@ -23,6 +26,8 @@ usage: cargo xtask <command>
   demo [--metrics]     run the fleet demo on a local origin and Redis Cluster
   chaos [--scenario NAME]... [--quick] [--out DIR]
                        fault injection on a live fleet (default: every scenario)
+  bench [--scenario NAME]... [--concurrency N] [--loaders K] [--quick] [--out DIR]
+                       benchmarks against same-run baselines (release build)
   cluster [--masters N] [--tls]
                        start a local Redis Cluster until Enter is pressed";
 
@@ -34,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         "test" => gate::run(&rest),
         "demo" => demo::run(&rest),
         "chaos" => chaos::run(&rest),
+        "bench" => bench::run(&rest),
         "cluster" => common::run_cluster(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");

@@ -446,6 +446,27 @@ mod tests {
         assert_eq!(c.decoded_cache_bytes, 1 << 20);
         assert_eq!(c.max_pixels, 1000);
         assert_eq!(c.origin_timeout, Duration::from_secs(3));
+        let c = with(&[
+            (env::SHARED_BREAKER, "0"),
+            (env::SHARED_BREAKER_FAILURES, "9"),
+            (env::SHARED_BREAKER_COOLDOWN_MS, "250"),
+            (env::SHARED_LEASE, "1"),
+            (env::SHARED_LEASE_TTL_MS, "7000"),
+            (env::SHARED_LEASE_WAIT_MS, "900"),
+            (env::SHARED_WRITE_BEHIND, "1"),
+            (env::SHARED_WRITE_BEHIND_QUEUE, "32"),
+        ])
+        .unwrap();
+        assert!(
+            !c.shared.breaker.enabled && c.shared.lease.enabled && c.shared.write_behind.enabled
+        );
+        assert_eq!(c.shared.breaker.failures, 9);
+        assert_eq!(c.shared.breaker.cooldown, Duration::from_millis(250));
+        assert_eq!(
+            (c.shared.lease.ttl, c.shared.lease.wait),
+            (Duration::from_secs(7), Duration::from_millis(900))
+        );
+        assert_eq!(c.shared.write_behind.max_queued, 32);
         // Blank counts as unset.
         assert_eq!(
             with(&[(env::SHARED_TTL_SECS, "  ")]).unwrap().shared.ttl,

@@ -1,0 +1,783 @@
+//! `cargo xtask bench`: throughput and latency of every layer on a real local Redis Cluster
+//! and HTTP origin, each reported as a ratio against a baseline measured in the same run.
+//! Runs in release mode (it re-executes itself with `--release` when built for debug).
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use mmcache_loader::decode::{DecodeLimits, decode};
+use mmcache_loader::scope::CacheIdentity;
+use mmcache_loader::shared_cache::{BreakerConfig, WriteBehindConfig, entry_key};
+use mmcache_loader::{LeaseSettings, Loader, LoaderBuilder, Source};
+use mmcache_test_support::images;
+use mmcache_test_support::origin::{Route, TestOrigin};
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+
+use crate::common::{self, Plan, ms, percentile};
+
+const SCENARIOS: [&str; 7] = [
+    "shared-hit",
+    "local-hit",
+    "miss",
+    "outage-refused",
+    "outage-hung",
+    "stampede",
+    "zipf",
+];
+
+struct Opts {
+    concurrency: usize,
+    quick: bool,
+    loaders: usize,
+    out: PathBuf,
+    chosen: Vec<String>,
+}
+
+/// One measured series.
+#[derive(Debug, Clone, Copy)]
+struct Measure {
+    ops: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl Measure {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// A row of the report.
+struct Row {
+    scenario: String,
+    subject: Measure,
+    baseline_name: String,
+    baseline: Option<Measure>,
+    /// What the ratio compares, e.g. "time/op" or "p99".
+    ratio_kind: &'static str,
+    ratio: Option<f64>,
+    target: String,
+    note: String,
+}
+
+/// Runs `n` operations with `concurrency` tasks; each returns whether it succeeded.
+async fn drive<F, Fut>(concurrency: usize, n: usize, op: F) -> anyhow::Result<Measure>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (op, next) = (op.clone(), next.clone());
+        set.spawn(async move {
+            let mut lat = Vec::new();
+            let mut failures = 0usize;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let t = Instant::now();
+                if !op(i).await {
+                    failures += 1;
+                }
+                lat.push(t.elapsed());
+            }
+            (lat, failures)
+        });
+    }
+    let mut all = Vec::with_capacity(n);
+    let mut failures = 0;
+    while let Some(r) = set.join_next().await {
+        let (lat, f) = r?;
+        all.extend(lat);
+        failures += f;
+    }
+    let elapsed = started.elapsed();
+    anyhow::ensure!(failures == 0, "{failures} of {n} operations failed");
+    all.sort();
+    Ok(Measure {
+        ops: n,
+        elapsed,
+        p50: percentile(&all, 0.5),
+        p99: percentile(&all, 0.99),
+    })
+}
+
+/// Best of `rounds` alternating runs of baseline and subject (less noise on a busy machine).
+async fn paired<B, BF, S, SF>(
+    rounds: usize,
+    baseline: B,
+    subject: S,
+) -> anyhow::Result<(Measure, Measure)>
+where
+    B: Fn() -> BF,
+    BF: Future<Output = anyhow::Result<Measure>>,
+    S: Fn() -> SF,
+    SF: Future<Output = anyhow::Result<Measure>>,
+{
+    let mut best: Option<(Measure, Measure)> = None;
+    for _ in 0..rounds {
+        let b = baseline().await?;
+        let s = subject().await?;
+        best = Some(match best {
+            None => (b, s),
+            Some((bb, bs)) => (
+                if b.rate() > bb.rate() { b } else { bb },
+                if s.rate() > bs.rate() { s } else { bs },
+            ),
+        });
+    }
+    best.context("no rounds")
+}
+
+fn worker(cluster_url: Option<&str>) -> LoaderBuilder {
+    let mut b = Loader::builder().allow_internal(true);
+    if let Some(url) = cluster_url {
+        b = b
+            .shared_cache_url(url)
+            .shared_cache_io_timeout(Duration::from_millis(500));
+    }
+    b
+}
+
+fn serve(origin: &TestOrigin, prefix: &str, n: usize, body: &[u8]) -> Arc<Vec<String>> {
+    let body = Arc::new(body.to_vec());
+    let urls = (0..n)
+        .map(|i| {
+            let path = format!("/{prefix}/{i}");
+            origin.set(
+                &path,
+                Route::Body {
+                    status: 200,
+                    content_type: "image/jpeg".into(),
+                    body: body.clone(),
+                },
+            );
+            origin.url(&path)
+        })
+        .collect();
+    Arc::new(urls)
+}
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    if cfg!(debug_assertions) {
+        println!("==> building in release mode (benchmarks of a debug build mean nothing)");
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "run",
+                    "--release",
+                    "--quiet",
+                    "--package",
+                    "xtask",
+                    "--",
+                    "bench",
+                ])
+                .args(args)
+                .status()?;
+        if !status.success() {
+            bail!("bench failed ({status})");
+        }
+        return Ok(());
+    }
+    let mut o = Opts {
+        concurrency: 16,
+        quick: false,
+        loaders: 8,
+        out: PathBuf::from("target/bench"),
+        chosen: vec![],
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--concurrency" => o.concurrency = it.next().context("--concurrency N")?.parse()?,
+            "--loaders" => o.loaders = it.next().context("--loaders K")?.parse()?,
+            "--out" => o.out = PathBuf::from(it.next().context("--out DIR")?),
+            "--scenario" => o.chosen.push(it.next().context("--scenario NAME")?.clone()),
+            other => bail!(
+                "unknown flag `{other}` (bench takes --scenario, --concurrency, --loaders, --quick, --out)"
+            ),
+        }
+    }
+    for c in &o.chosen {
+        anyhow::ensure!(
+            SCENARIOS.contains(&c.as_str()),
+            "unknown scenario `{c}`; known: {}",
+            SCENARIOS.join(", ")
+        );
+    }
+    if o.chosen.is_empty() {
+        o.chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
+    }
+    crate::gate::ensure_prerequisites()?;
+    std::fs::create_dir_all(&o.out)?;
+    let rt = common::runtime()?;
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    let origin = TestOrigin::start();
+    let mut rows = Vec::new();
+    for name in o.chosen.clone() {
+        println!("==> bench {name}");
+        let new_rows = match name.as_str() {
+            "shared-hit" => rt.block_on(shared_hit(&o, &cluster, &origin))?,
+            "local-hit" => local_hit(&o, &origin)?,
+            "miss" => rt.block_on(miss(&o, &cluster, &origin))?,
+            "outage-refused" => rt.block_on(outage_refused(&o, &origin))?,
+            "outage-hung" => rt.block_on(outage_hung(&o, &origin))?,
+            "stampede" => rt.block_on(stampede(&o, &cluster, &origin))?,
+            _ => rt.block_on(zipf(&o, &cluster))?,
+        };
+        for r in &new_rows {
+            println!("    {}", row_line(r));
+        }
+        rows.extend(new_rows);
+    }
+    let table = table(&rows, &o);
+    println!("\n{table}");
+    std::fs::write(o.out.join("results.md"), &table)?;
+    std::fs::write(
+        o.out.join("results.json"),
+        serde_json::to_string_pretty(&json(&rows, &o))?,
+    )?;
+    let bars: Vec<(String, f64)> = rows
+        .iter()
+        .filter_map(|r| Some((format!("{} ({})", r.scenario, r.ratio_kind), r.ratio?)))
+        .collect();
+    std::fs::write(
+        o.out.join("ratios.svg"),
+        crate::svg::bars(
+            "mmcache bench: cost relative to the same-run baseline (lower is better)",
+            &bars,
+            1.0,
+            "x",
+        ),
+    )?;
+    println!("outputs in {}", o.out.display());
+    Ok(())
+}
+
+fn ops(o: &Opts, full: usize) -> usize {
+    if o.quick { (full / 5).max(100) } else { full }
+}
+
+async fn shared_hit(
+    o: &Opts,
+    cluster: &RedisCluster,
+    origin: &TestOrigin,
+) -> anyhow::Result<Vec<Row>> {
+    let client = redis::cluster::ClusterClient::builder(vec![cluster.url()])
+        .retries(0)
+        .build()?;
+    let raw = client.get_async_connection().await?;
+    let classes: [(&str, Vec<u8>, usize); 3] = [
+        ("small JPEG", images::jpeg(192, 144, 1), 4000),
+        ("medium JPEG", images::jpeg(440, 330, 2), 1500),
+        ("PNG", images::noise_png(600, 580, 3), 200),
+    ];
+    let mut rows = Vec::new();
+    for (class, body, full) in classes {
+        let urls = serve(
+            origin,
+            &format!("hit-{}", class.replace(' ', "-")),
+            64,
+            &body,
+        );
+        // Fill the shared cache through one loader, then read through another.
+        let filler = worker(Some(&cluster.url())).build()?;
+        for u in urls.iter() {
+            filler.load(u, None).await?;
+        }
+        let reader = worker(Some(&cluster.url()))
+            .decoded_cache_entries(Some(0))
+            .build()?;
+        let n = ops(o, full);
+        let keys: Arc<Vec<String>> = Arc::new(
+            urls.iter()
+                .map(|u| entry_key(&CacheIdentity::unscoped(u)))
+                .collect(),
+        );
+        let (b, s) = paired(
+            2,
+            || {
+                let (raw, keys) = (raw.clone(), keys.clone());
+                drive(o.concurrency, n, move |i| {
+                    let (mut raw, key) = (raw.clone(), keys[i % keys.len()].clone());
+                    async move {
+                        let Ok(Some(v)) = redis::cmd("GET").arg(&key).query_async::<Option<Vec<u8>>>(&mut raw).await
+                        else {
+                            return false;
+                        };
+                        decode(&v, &DecodeLimits::default()).is_ok()
+                    }
+                })
+            },
+            || {
+                let (reader, urls) = (reader.clone(), urls.clone());
+                drive(o.concurrency, n, move |i| {
+                    let (reader, url) = (reader.clone(), urls[i % urls.len()].clone());
+                    async move { matches!(reader.load_detailed(&url, None).await, Ok(l) if l.source != Source::Origin) }
+                })
+            },
+        )
+        .await?;
+        rows.push(Row {
+            scenario: format!("shared-hit {class} ({} KiB)", body.len() / 1024),
+            subject: s,
+            baseline_name: "redis GET + decode".into(),
+            baseline: Some(b),
+            ratio_kind: "time/op",
+            ratio: Some(b.rate() / s.rate()),
+            target: "<= 1.20".into(),
+            note: String::new(),
+        });
+    }
+    Ok(rows)
+}
+
+fn local_hit(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
+    let urls = serve(origin, "local", 100, &images::jpeg(64, 48, 5));
+    let loader = worker(None).build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        for u in urls.iter() {
+            loader.load(u, None).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    let ids: Arc<Vec<CacheIdentity>> =
+        Arc::new(urls.iter().map(|u| CacheIdentity::unscoped(u)).collect());
+    let per_thread = if o.quick { 400_000 } else { 2_000_000 };
+    let threads = 2;
+    // Baseline: the cache's own get, one OS thread per core.
+    let run_threads = |f: Arc<dyn Fn(usize) -> bool + Send + Sync>| -> Measure {
+        let started = Instant::now();
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let mut ok = 0usize;
+                    for i in 0..per_thread {
+                        ok += usize::from(f(i + t));
+                    }
+                    ok
+                })
+            })
+            .collect();
+        let ok: usize = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
+        let elapsed = started.elapsed();
+        assert_eq!(ok, per_thread * threads, "every operation must hit");
+        Measure {
+            ops: ok,
+            elapsed,
+            p50: elapsed / ok as u32,
+            p99: Duration::ZERO,
+        }
+    };
+    let mut best_b: Option<Measure> = None;
+    let mut best_s: Option<Measure> = None;
+    for _ in 0..2 {
+        let (l, ids2) = (loader.clone(), ids.clone());
+        let b = run_threads(Arc::new(move |i| {
+            l.decoded_cache().get(&ids2[i % ids2.len()]).is_some()
+        }));
+        let (l, urls2) = (loader.clone(), urls.clone());
+        let s = run_threads(Arc::new(move |i| {
+            // A memory hit completes on its first poll: drive it with a no-op waker.
+            poll_once(l.load(&urls2[i % urls2.len()], None)).is_some_and(|r| r.is_ok())
+        }));
+        best_b = Some(best_b.map_or(b, |x| if b.rate() > x.rate() { b } else { x }));
+        best_s = Some(best_s.map_or(s, |x| if s.rate() > x.rate() { s } else { x }));
+    }
+    let (b, s) = (best_b.context("no run")?, best_s.context("no run")?);
+    Ok(vec![Row {
+        scenario: format!("local-hit ({threads} threads)"),
+        subject: s,
+        baseline_name: "DecodedCache::get".into(),
+        baseline: Some(b),
+        ratio_kind: "time/op",
+        ratio: Some(b.rate() / s.rate()),
+        target: ">= 5M loads/s".into(),
+        note: format!("{:.2} M loads/s", s.rate() / 1e6),
+    }])
+}
+
+/// Polls a future once with a waker that does nothing; `None` when it is not ready.
+fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+async fn miss(o: &Opts, cluster: &RedisCluster, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
+    let body = images::jpeg(440, 330, 9);
+    let n = ops(o, 1500);
+    let origin_client = {
+        let mut c = mmcache_loader::origin::OriginConfig::default();
+        c.allow_internal = true;
+        mmcache_loader::origin::Origin::new(c)?
+    };
+    let mut rows = Vec::new();
+    for write_behind in [false, true] {
+        let mut wb = WriteBehindConfig::default();
+        wb.enabled = write_behind;
+        // Decoded cache off: the baseline keeps no decoded images either.
+        let loader = worker(Some(&cluster.url()))
+            .decoded_cache_entries(Some(0))
+            .shared_cache_write_behind(wb)
+            .build()?;
+        let round = AtomicUsize::new(0);
+        let (b, s) = paired(
+            2,
+            || {
+                let urls = serve(origin, &format!("miss-b-{write_behind}-{}", round.fetch_add(1, Ordering::Relaxed)), n, &body);
+                let client = origin_client.clone();
+                drive(o.concurrency, n, move |i| {
+                    let (client, url) = (client.clone(), urls[i].clone());
+                    async move {
+                        let Ok(f) = client.fetch(&url).await else { return false };
+                        let bytes: Bytes = f.bytes;
+                        tokio::task::spawn_blocking(move || decode(&bytes, &DecodeLimits::default()).is_ok())
+                            .await
+                            .unwrap_or(false)
+                    }
+                })
+            },
+            || {
+                let urls = serve(origin, &format!("miss-s-{write_behind}-{}", round.fetch_add(1, Ordering::Relaxed)), n, &body);
+                let loader = loader.clone();
+                drive(o.concurrency, n, move |i| {
+                    let (loader, url) = (loader.clone(), urls[i].clone());
+                    async move { matches!(loader.load_detailed(&url, None).await, Ok(l) if l.source == Source::Origin) }
+                })
+            },
+        )
+        .await?;
+        loader.shutdown(Duration::from_secs(10)).await;
+        rows.push(Row {
+            scenario: format!(
+                "miss {}",
+                if write_behind {
+                    "with write-behind"
+                } else {
+                    "(SET awaited)"
+                }
+            ),
+            subject: s,
+            baseline_name: "HTTP download + decode".into(),
+            baseline: Some(b),
+            ratio_kind: "time/op",
+            ratio: Some(b.rate() / s.rate()),
+            target: if write_behind { "<= 1.05" } else { "<= 1.15" }.into(),
+            note: format!("{} KiB JPEG, GET miss + SET per load", body.len() / 1024),
+        });
+    }
+    Ok(rows)
+}
+
+/// Loads over a fixed URL set with the decoded cache off, so every load goes through the
+/// shared-cache path (or skips it) and then the origin.
+async fn outage_rows(
+    o: &Opts,
+    origin: &TestOrigin,
+    name: &str,
+    broken: Loader,
+    prefix: &str,
+) -> anyhow::Result<Row> {
+    let urls = serve(origin, prefix, 64, &images::jpeg(192, 144, 4));
+    let healthy = worker(None).decoded_cache_entries(Some(0)).build()?;
+    let n = ops(o, 3000);
+    // Warm-up: let the breakers see their failures and open.
+    for u in urls.iter().cycle().take(200) {
+        broken.load(u, None).await?;
+    }
+    let (b, s) = paired(
+        2,
+        || {
+            let (l, urls) = (healthy.clone(), urls.clone());
+            drive(o.concurrency, n, move |i| {
+                let (l, u) = (l.clone(), urls[i % urls.len()].clone());
+                async move { l.load(&u, None).await.is_ok() }
+            })
+        },
+        || {
+            let (l, urls) = (broken.clone(), urls.clone());
+            drive(o.concurrency, n, move |i| {
+                let (l, u) = (l.clone(), urls[i % urls.len()].clone());
+                async move { l.load(&u, None).await.is_ok() }
+            })
+        },
+    )
+    .await?;
+    let stats = broken.shared_cache().map(|c| c.stats()).unwrap_or_default();
+    Ok(Row {
+        scenario: name.into(),
+        subject: s,
+        baseline_name: "shared cache disabled".into(),
+        baseline: Some(b),
+        ratio_kind: "p99",
+        ratio: Some(s.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9)),
+        target: "<= 1.20".into(),
+        note: format!(
+            "breaker opened {}x, {} ops skipped",
+            stats.breaker_opens, stats.skipped
+        ),
+    })
+}
+
+async fn outage_refused(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let broken = worker(Some(&format!("redis://127.0.0.1:{port}")))
+        .decoded_cache_entries(Some(0))
+        .build()?;
+    Ok(vec![
+        outage_rows(o, origin, "outage-refused (port closed)", broken, "refused").await?,
+    ])
+}
+
+async fn outage_hung(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    let mut breaker = BreakerConfig::default();
+    breaker.cooldown = Duration::from_secs(5);
+    let broken = worker(Some(&cluster.url()))
+        .decoded_cache_entries(Some(0))
+        .shared_cache_breaker(breaker)
+        .build()?;
+    anyhow::ensure!(
+        broken.shared_cache().context("enabled")?.connect().await,
+        "cluster unreachable"
+    );
+    cluster.hang(0)?;
+    let row = outage_rows(
+        o,
+        origin,
+        "outage-hung (1 of 3 masters SIGSTOPped)",
+        broken,
+        "hung",
+    )
+    .await;
+    cluster.resume(0)?;
+    row.map(|r| vec![r])
+}
+
+async fn stampede(
+    o: &Opts,
+    cluster: &RedisCluster,
+    origin: &TestOrigin,
+) -> anyhow::Result<Vec<Row>> {
+    let urls_n = if o.quick { 10 } else { 30 };
+    let mut rows = Vec::new();
+    for lease in [false, true] {
+        let body = Arc::new(images::jpeg(192, 144, 6));
+        let prefix = format!("stampede-{lease}");
+        let urls: Vec<String> = (0..urls_n)
+            .map(|i| {
+                let path = format!("/{prefix}/{i}");
+                let route = Route::Body {
+                    status: 200,
+                    content_type: "image/jpeg".into(),
+                    body: body.clone(),
+                };
+                origin.set(
+                    &path,
+                    Route::Delay(Duration::from_millis(50), Box::new(route)),
+                );
+                origin.url(&path)
+            })
+            .collect();
+        let mut settings = LeaseSettings::default();
+        settings.enabled = lease;
+        let loaders = (0..o.loaders)
+            .map(|_| {
+                Ok(worker(Some(&cluster.url()))
+                    .shared_cache_lease(settings)
+                    .build()?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for l in &loaders {
+            l.shared_cache().context("enabled")?.connect().await;
+        }
+        let before = origin.total_hits();
+        let started = Instant::now();
+        let mut lat = Vec::new();
+        for url in &urls {
+            let mut set = tokio::task::JoinSet::new();
+            for l in &loaders {
+                let (l, url) = (l.clone(), url.clone());
+                set.spawn(async move {
+                    let t = Instant::now();
+                    l.load(&url, None).await.map(|_| t.elapsed())
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                lat.push(r??);
+            }
+        }
+        let elapsed = started.elapsed();
+        lat.sort();
+        let fetches = origin.total_hits() - before;
+        let per_url = fetches as f64 / urls_n as f64;
+        let m = Measure {
+            ops: lat.len(),
+            elapsed,
+            p50: percentile(&lat, 0.5),
+            p99: percentile(&lat, 0.99),
+        };
+        rows.push(Row {
+            scenario: format!(
+                "stampede, {} loaders, lease {}",
+                o.loaders,
+                if lease { "on" } else { "off" }
+            ),
+            subject: m,
+            baseline_name: "-".into(),
+            baseline: None,
+            ratio_kind: "origin fetches/URL",
+            ratio: Some(per_url),
+            target: if lease { "= 1.0".into() } else { "-".into() },
+            note: format!("{fetches} origin fetches for {urls_n} URLs"),
+        });
+    }
+    Ok(rows)
+}
+
+async fn zipf(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
+    let (images_n, loads) = if o.quick { (500, 4000) } else { (2000, 20_000) };
+    let (_origin, urls) = common::image_origin(images_n, Duration::ZERO);
+    let loaders = (0..4)
+        .map(|_| Ok(worker(Some(&cluster.url())).build()?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let plan = Plan {
+        loads_per_worker: loads / 4,
+        lanes: o.concurrency.div_ceil(4),
+        zipf_s: 1.1,
+        seed: 11,
+        duration: None,
+        pace: Duration::ZERO,
+    };
+    let started = Instant::now();
+    let records = common::run_fleet(&loaders, Arc::new(urls), &plan).await;
+    let elapsed = started.elapsed();
+    let s = common::summarize(&records);
+    anyhow::ensure!(s.failures == 0, "{} loads failed", s.failures);
+    let pct = |n: usize| 100.0 * n as f64 / s.loads as f64;
+    let mut lat: Vec<Duration> = records.iter().map(|r| r.latency).collect();
+    lat.sort();
+    let m = Measure {
+        ops: s.loads,
+        elapsed,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    };
+    Ok(vec![Row {
+        scenario: format!("zipf s=1.1, {loads} loads over {images_n} images, 4 loaders"),
+        subject: m,
+        baseline_name: "-".into(),
+        baseline: None,
+        ratio_kind: "origin downloads/image",
+        ratio: Some(
+            s.origin as f64
+                / records
+                    .iter()
+                    .map(|r| r.image)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len() as f64,
+        ),
+        target: "-".into(),
+        note: format!(
+            "memory {:.1}%, inflight {:.1}%, shared {:.1}%, origin {:.1}% ({} downloads)",
+            pct(s.memory),
+            pct(s.inflight),
+            pct(s.shared),
+            pct(s.origin),
+            s.origin
+        ),
+    }])
+}
+
+fn row_line(r: &Row) -> String {
+    format!(
+        "{}: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; {} {}",
+        r.scenario,
+        r.subject.rate(),
+        ms(r.subject.p50),
+        ms(r.subject.p99),
+        r.ratio_kind,
+        r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
+    )
+}
+
+fn table(rows: &[Row], o: &Opts) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "Concurrency {} per scenario (local-hit: 2 threads). Ratios against a baseline measured in the same run, best of 2 alternating rounds.\n",
+        o.concurrency
+    );
+    let _ = writeln!(
+        t,
+        "| scenario | ops/s | p50 ms | p99 ms | baseline | baseline ops/s | baseline p99 ms | ratio | target | notes |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---|---:|---:|---:|---|---|");
+    for r in rows {
+        let (bname, brate, bp99) = match &r.baseline {
+            Some(b) => (
+                r.baseline_name.clone(),
+                format!("{:.0}", b.rate()),
+                format!("{:.3}", ms(b.p99)),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {:.0} | {:.3} | {:.3} | {} | {} | {} | {} {} | {} | {} |",
+            r.scenario,
+            r.subject.rate(),
+            ms(r.subject.p50),
+            ms(r.subject.p99),
+            bname,
+            brate,
+            bp99,
+            r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.3}")),
+            r.ratio_kind,
+            r.target,
+            r.note
+        );
+    }
+    t
+}
+
+fn json(rows: &[Row], o: &Opts) -> serde_json::Value {
+    let m = |m: &Measure| serde_json::json!({ "ops": m.ops, "secs": m.elapsed.as_secs_f64(), "ops_per_s": m.rate(), "p50_ms": ms(m.p50), "p99_ms": ms(m.p99) });
+    serde_json::json!({
+        "concurrency": o.concurrency,
+        "quick": o.quick,
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "scenario": r.scenario,
+            "subject": m(&r.subject),
+            "baseline_name": r.baseline_name,
+            "baseline": r.baseline.as_ref().map(m),
+            "ratio_kind": r.ratio_kind,
+            "ratio": r.ratio,
+            "target": r.target,
+            "note": r.note,
+        })).collect::<Vec<_>>(),
+    })
+}
