@@ -42,7 +42,7 @@ mod error;
 mod image;
 mod lru;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use mmcache_scope::CacheIdentity;
 
@@ -87,9 +87,9 @@ impl Gauges {
     }
 }
 
-/// A byte-weighted LRU of values under a mutex, with gauges.
+/// A byte-weighted LRU of values under a read-write lock (hits only read), with gauges.
 struct WeightedCache<V> {
-    lru: Mutex<lru::Lru<V>>,
+    lru: RwLock<lru::Lru<V>>,
     gauges: Gauges,
 }
 
@@ -97,40 +97,44 @@ impl<V: Clone> WeightedCache<V> {
     fn new(max_bytes: u64, max_entries: Option<usize>, gauges: Gauges) -> Self {
         let lru = lru::Lru::new(max_bytes, max_entries.unwrap_or(usize::MAX));
         Self {
-            lru: Mutex::new(lru),
+            lru: RwLock::new(lru),
             gauges,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, lru::Lru<V>> {
-        // A panic while holding the lock cannot leave the LRU half-linked in a way that
-        // matters more than losing the cache; keep serving.
-        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    // A panic while holding a lock leaves every entry whole (the map is updated in one step);
+    // keep serving rather than poisoning every later load.
+    fn read(&self) -> RwLockReadGuard<'_, lru::Lru<V>> {
+        self.lru.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, lru::Lru<V>> {
+        self.lru.write().unwrap_or_else(|p| p.into_inner())
     }
 
     fn get(&self, key: &lru::Key) -> Option<V> {
-        self.lock().get(key)
+        self.read().get(key)
     }
 
     fn insert(&self, key: lru::Key, value: V, weight: u64) {
         let change = self
-            .lock()
+            .write()
             .insert(key, value, weight + ENTRY_OVERHEAD_BYTES);
         self.gauges.apply(change);
     }
 
     fn remove(&self, key: &lru::Key) {
-        let change = self.lock().remove(key);
+        let change = self.write().remove(key);
         self.gauges.apply(change);
     }
 
     fn clear(&self) {
-        let change = self.lock().clear();
+        let change = self.write().clear();
         self.gauges.apply(change);
     }
 
     fn stats(&self) -> CacheStats {
-        let lru = self.lock();
+        let lru = self.read();
         CacheStats {
             entries: lru.len(),
             bytes: lru.weight(),

@@ -1,16 +1,19 @@
 //! A byte-weighted LRU with an optional entry cap, keyed by 32-byte digests.
 //!
-//! Nodes live in a slab (`Vec`) linked by indices, so a hit is one hash lookup and a few index
-//! writes, and eviction never allocates. Keys are uniformly random digests, so the hasher just
-//! takes 8 of their bytes.
+//! Built for a read-mostly cache shared by every worker thread: a hit takes only a **read**
+//! lock and records its time in the entry with one relaxed atomic store, so concurrent hits
+//! never wait for each other. An insert takes the write lock and, when over budget, evicts the
+//! entries with the oldest access times (exact LRU order) by scanning the entries. That scan is
+//! O(entries), paid only by inserts, which follow a download and a decode costing milliseconds.
+//! Keys are uniformly random digests, so the hasher just takes 8 of their bytes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// A 32-byte digest key (blake3 of the cache identity).
 pub(crate) type Key = [u8; 32];
-
-const NIL: usize = usize::MAX;
 
 #[derive(Default)]
 pub(crate) struct DigestHasher(u64);
@@ -32,12 +35,11 @@ impl Hasher for DigestHasher {
     }
 }
 
-struct Node<V> {
-    key: Key,
-    value: Option<V>,
+struct Entry<V> {
+    value: V,
     weight: u64,
-    prev: usize,
-    next: usize,
+    /// Nanoseconds since the cache's epoch at the last access (insert or hit).
+    last_used: AtomicU64,
 }
 
 /// What an insert evicted, so the owner can update its gauges.
@@ -48,11 +50,8 @@ pub(crate) struct Change {
 }
 
 pub(crate) struct Lru<V> {
-    map: HashMap<Key, usize, BuildHasherDefault<DigestHasher>>,
-    nodes: Vec<Node<V>>,
-    free: Vec<usize>,
-    head: usize, // most recently used
-    tail: usize, // least recently used
+    map: HashMap<Key, Entry<V>, BuildHasherDefault<DigestHasher>>,
+    epoch: Instant,
     weight: u64,
     max_weight: u64,
     max_entries: usize,
@@ -72,22 +71,24 @@ impl<V: Clone> Lru<V> {
     pub(crate) fn new(max_weight: u64, max_entries: usize) -> Self {
         Self {
             map: HashMap::default(),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            epoch: Instant::now(),
             weight: 0,
             max_weight,
             max_entries,
         }
     }
 
-    /// Returns a clone of the value and marks it most recently used.
-    pub(crate) fn get(&mut self, key: &Key) -> Option<V> {
-        let i = *self.map.get(key)?;
-        self.unlink(i);
-        self.push_front(i);
-        self.nodes[i].value.clone()
+    /// The monotonic clock in nanoseconds: no shared counter, so hits on different threads
+    /// write nothing in common but their own entries.
+    fn stamp(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Returns a clone of the value and marks it most recently used. Needs only `&self`.
+    pub(crate) fn get(&self, key: &Key) -> Option<V> {
+        let entry = self.map.get(key)?;
+        entry.last_used.store(self.stamp(), Ordering::Relaxed);
+        Some(entry.value.clone())
     }
 
     /// Inserts or replaces; evicts least recently used entries until both limits hold.
@@ -97,33 +98,27 @@ impl<V: Clone> Lru<V> {
         if weight > self.max_weight || self.max_entries == 0 {
             return change;
         }
-        while self.tail != NIL
+        while !self.map.is_empty()
             && (self.weight + weight > self.max_weight || self.map.len() >= self.max_entries)
         {
-            let lru_key = self.nodes[self.tail].key;
-            let c = self.remove(&lru_key);
+            let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, e)| e.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            let c = self.remove(&oldest);
             change.entries += c.entries;
             change.weight += c.weight;
         }
-        let node = Node {
-            key,
-            value: Some(value),
+        let entry = Entry {
+            value,
             weight,
-            prev: NIL,
-            next: NIL,
+            last_used: AtomicU64::new(self.stamp()),
         };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.nodes[i] = node;
-                i
-            }
-            None => {
-                self.nodes.push(node);
-                self.nodes.len() - 1
-            }
-        };
-        self.push_front(i);
-        self.map.insert(key, i);
+        self.map.insert(key, entry);
         self.weight += weight;
         change.entries += 1;
         change.weight += weight as i64;
@@ -131,17 +126,13 @@ impl<V: Clone> Lru<V> {
     }
 
     pub(crate) fn remove(&mut self, key: &Key) -> Change {
-        let Some(i) = self.map.remove(key) else {
+        let Some(entry) = self.map.remove(key) else {
             return Change::default();
         };
-        self.unlink(i);
-        let node = &mut self.nodes[i];
-        node.value = None; // drop the value now, not when the slot is reused
-        self.weight -= node.weight;
-        self.free.push(i);
+        self.weight -= entry.weight;
         Change {
             entries: -1,
-            weight: -(node.weight as i64),
+            weight: -(entry.weight as i64),
         }
     }
 
@@ -150,34 +141,9 @@ impl<V: Clone> Lru<V> {
             entries: -(self.map.len() as i64),
             weight: -(self.weight as i64),
         };
-        *self = Self::new(self.max_weight, self.max_entries);
+        self.map.clear();
+        self.weight = 0;
         change
-    }
-
-    fn unlink(&mut self, i: usize) {
-        let (prev, next) = (self.nodes[i].prev, self.nodes[i].next);
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.nodes[prev].next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.nodes[next].prev = prev;
-        }
-    }
-
-    fn push_front(&mut self, i: usize) {
-        self.nodes[i].prev = NIL;
-        self.nodes[i].next = self.head;
-        if self.head != NIL {
-            self.nodes[self.head].prev = i;
-        }
-        self.head = i;
-        if self.tail == NIL {
-            self.tail = i;
-        }
     }
 }
 
@@ -233,10 +199,9 @@ mod tests {
             assert!(lru.weight() <= 100);
         }
         let total: u64 = (0..7)
-            .filter_map(|n| lru.map.get(&k(n)).map(|&i| lru.nodes[i].weight))
+            .filter_map(|n| lru.map.get(&k(n)).map(|e| e.weight))
             .sum();
         assert_eq!(total, lru.weight());
-        assert!(lru.nodes.len() <= 8, "slots are reused");
         let c = lru.clear();
         assert_eq!(lru.len(), 0);
         assert!(c.entries < 0);

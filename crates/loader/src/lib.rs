@@ -505,12 +505,14 @@ impl Loader {
                 let inner = self.inner.clone();
                 let url = url.to_owned();
                 tokio::spawn(async move {
+                    // Leaves the map even if `fill` panics, so the next load starts afresh.
+                    let leave = LeaveInflight { inner: &inner, key };
                     let outcome = inner.fill(&identity, &url).await;
                     if let Ok((image, _, _)) = &outcome {
                         inner.decoded.insert(&identity, image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
-                    inner.inflight.remove(&key);
+                    drop(leave);
                     let _ = tx.send(Some(outcome));
                 });
                 (rx, false)
@@ -654,6 +656,18 @@ impl Inner {
         ::metrics::histogram!(metrics::DECODE_DURATION, "format" => image.format().as_str())
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))
+    }
+}
+
+/// Removes an identity from the in-flight map when dropped.
+struct LeaveInflight<'a> {
+    inner: &'a Inner,
+    key: [u8; 32],
+}
+
+impl Drop for LeaveInflight<'_> {
+    fn drop(&mut self) {
+        self.inner.inflight.remove(&self.key);
     }
 }
 
