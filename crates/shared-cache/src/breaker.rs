@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Breaker settings.
@@ -94,10 +95,13 @@ pub(crate) enum Admit {
 /// A state change, reported so the caller can count transitions.
 pub(crate) type Transition = Option<(BreakerState, BreakerState)>;
 
+/// Only nodes that failed since their last success have an entry, so in steady state the map
+/// is empty and every call returns after one atomic load, without the lock.
 #[derive(Debug)]
 pub(crate) struct Breakers {
     config: BreakerConfig,
     nodes: Mutex<HashMap<String, One>>,
+    tracked: AtomicUsize,
 }
 
 impl Breakers {
@@ -105,7 +109,13 @@ impl Breakers {
         Self {
             config,
             nodes: Mutex::new(HashMap::new()),
+            tracked: AtomicUsize::new(0),
         }
+    }
+
+    /// True when no node has failed since its last success: nothing to check.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.config.enabled || self.tracked.load(Ordering::Acquire) == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, One>> {
@@ -140,16 +150,13 @@ impl Breakers {
     }
 
     pub(crate) fn on_success(&self, node: &str) -> Transition {
-        if !self.config.enabled {
+        if self.is_idle() {
             return None;
         }
         let mut nodes = self.lock();
-        let b = nodes.get_mut(node)?;
-        b.consecutive = 0;
-        let before = b.state;
-        b.state = BreakerState::Closed;
-        b.opened_at = None;
-        (before != BreakerState::Closed).then_some((before, BreakerState::Closed))
+        let b = nodes.remove(node)?; // closed with no failures: no entry needed
+        self.tracked.store(nodes.len(), Ordering::Release);
+        (b.state != BreakerState::Closed).then_some((b.state, BreakerState::Closed))
     }
 
     pub(crate) fn on_failure(&self, node: &str, now: Instant) -> Transition {
@@ -157,7 +164,13 @@ impl Breakers {
             return None;
         }
         let mut nodes = self.lock();
-        let b = nodes.entry(node.to_owned()).or_default();
+        if !nodes.contains_key(node) {
+            nodes.insert(node.to_owned(), One::default());
+            self.tracked.store(nodes.len(), Ordering::Release);
+        }
+        let Some(b) = nodes.get_mut(node) else {
+            return None;
+        };
         b.consecutive = b.consecutive.saturating_add(1);
         let before = b.state;
         let open = match before {

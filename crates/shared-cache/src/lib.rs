@@ -266,6 +266,8 @@ struct Inner {
     breakers: breaker::Breakers,
     slots: slots::SlotMap,
     queue: write_behind::Queue,
+    /// Set by a failure, cleared by the next success (spares successes the state lock).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 /// The shared cache client. Cheap to clone; all clones share one cluster connection.
@@ -333,6 +335,7 @@ impl SharedCache {
                 breakers: breaker::Breakers::new(config.breaker),
                 slots: slots::SlotMap::default(),
                 queue: write_behind::Queue::new(config.write_behind),
+                failing: std::sync::atomic::AtomicBool::new(false),
                 config,
             }),
         })
@@ -558,9 +561,14 @@ impl SharedCache {
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let inner = &self.inner;
-        let node = inner.slots.node_for(key);
-        let (admit, transition) = inner.breakers.admit(&node, inner.config.clock.now());
-        self.on_transition(transition);
+        // The slot map is consulted only while some node's breaker is tracking failures.
+        let node = (!inner.breakers.is_idle()).then(|| inner.slots.node_for(key));
+        let mut admit = breaker::Admit::Run;
+        if let Some(node) = &node {
+            let (a, transition) = inner.breakers.admit(node, inner.config.clock.now());
+            self.on_transition(transition);
+            admit = a;
+        }
         if admit == breaker::Admit::Skip {
             bump(&inner.counters.skipped);
             metrics::record_skip(op, "breaker_open");
@@ -569,7 +577,7 @@ impl SharedCache {
         // A probe whose caller is cancelled must not leave the breaker half-open forever.
         let mut probe = ProbeGuard {
             cache: self,
-            node: &node,
+            node: node.as_deref().unwrap_or(slots::UNKNOWN_NODE),
             armed: admit == breaker::Admit::Probe,
         };
         let attempt = async {
@@ -581,22 +589,22 @@ impl SharedCache {
             Err(_) => Err(FailureKind::Timeout),
         };
         probe.armed = false;
-        let max_age = if result.is_ok() {
-            SLOT_MAP_MAX_AGE
-        } else {
-            SLOT_MAP_MAX_AGE_FAILING
-        };
-        self.maybe_refresh_slots(max_age);
+        drop(probe);
         match result {
             Ok(v) => {
-                self.on_transition(inner.breakers.on_success(&node));
+                if let Some(node) = &node {
+                    self.on_transition(inner.breakers.on_success(node));
+                }
                 self.on_success();
+                self.maybe_refresh_slots(SLOT_MAP_MAX_AGE);
                 Ok(v)
             }
             Err(kind) => {
+                let node = node.unwrap_or_else(|| inner.slots.node_for(key));
                 let now = inner.config.clock.now();
                 self.on_transition(inner.breakers.on_failure(&node, now));
                 self.on_failure(op, kind);
+                self.maybe_refresh_slots(SLOT_MAP_MAX_AGE_FAILING);
                 Err(Failure::Failed(kind))
             }
         }
@@ -658,9 +666,9 @@ impl SharedCache {
     }
 
     fn on_success(&self) {
-        let mut st = self.lock();
-        if st.failing_since.is_some() {
-            st.failing_since = None;
+        // Lock-free in steady state: only a success after failures touches the state.
+        if self.inner.failing.swap(false, Ordering::AcqRel) {
+            self.lock().failing_since = None;
         }
     }
 
@@ -680,6 +688,7 @@ impl SharedCache {
             );
         }
         let now = self.inner.config.clock.now();
+        self.inner.failing.store(true, Ordering::Release);
         let mut st = self.lock();
         let since = *st.failing_since.get_or_insert(now);
         if st.conn.is_some() && now.duration_since(since) >= REDISCOVER_AFTER {
@@ -693,6 +702,9 @@ impl SharedCache {
 
     /// The shared connection, connecting in the background when there is none.
     async fn connection(&self) -> Result<ClusterConnection, FailureKind> {
+        if let Some(conn) = &self.lock().conn {
+            return Ok(conn.clone()); // the common case: no channel subscription
+        }
         let mut changed = self.inner.connected.subscribe();
         {
             let mut st = self.lock();
