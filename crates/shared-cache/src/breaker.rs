@@ -168,9 +168,7 @@ impl Breakers {
             nodes.insert(node.to_owned(), One::default());
             self.tracked.store(nodes.len(), Ordering::Release);
         }
-        let Some(b) = nodes.get_mut(node) else {
-            return None;
-        };
+        let b = nodes.get_mut(node)?;
         b.consecutive = b.consecutive.saturating_add(1);
         let before = b.state;
         let open = match before {
