@@ -646,7 +646,7 @@ fn summary_table(reports: &[Report]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| scenario | result | loads | failed | shared | origin | p50 ms | p99 ms | max ms | recovery |"
+        "| scenario | result | loads | failed | shared | origin or inflight | p50 ms | p99 ms | max ms | recovery |"
     );
     let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in reports {

@@ -46,12 +46,7 @@ async fn a_fleet_downloads_each_image_once() {
     // The exact origin bytes, with the configured TTL, at the compatible key.
     let key = key_for(&url);
     assert_eq!(cluster.get_raw(&key).unwrap().as_deref(), Some(&png[..]));
-    let ttl: i64 = cluster
-        .cli_cluster(&["TTL", &key])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let ttl = cluster.ttl(&key).unwrap();
     assert!((100..=120).contains(&ttl), "ttl {ttl}");
 
     // Another worker (its own caches) gets a shared hit: no origin request, no SET.

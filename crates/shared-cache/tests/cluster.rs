@@ -48,22 +48,12 @@ async fn round_trip_on_a_three_master_cluster() {
     cache.set(&id(1000), Bytes::from(binary.clone())).await;
     let key = entry_key(&id(1000));
     assert_eq!(cluster.get_raw(&key).unwrap(), Some(binary));
-    let ttl: i64 = cluster
-        .cli_cluster(&["TTL", &key])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let ttl = cluster.ttl(&key).unwrap();
     assert!((70..=77).contains(&ttl), "ttl {ttl}");
     // A GET hit does not refresh the TTL.
     cluster.cli_cluster(&["EXPIRE", &key, "20"]).unwrap();
     assert!(cache.get(&id(1000)).await.is_some());
-    let ttl: i64 = cluster
-        .cli_cluster(&["TTL", &key])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let ttl = cluster.ttl(&key).unwrap();
     assert!(ttl <= 20, "ttl {ttl}");
     // DEL.
     assert_eq!(cache.delete(&id(1000)).await, WriteOutcome::Success);

@@ -317,14 +317,7 @@ impl RedisCluster {
     ///
     /// When redis-cli fails or prints an error reply.
     pub fn cli_at(&self, addr: SocketAddr, args: &[&str]) -> anyhow::Result<String> {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()]);
-        if let Some(tls) = &self.tls_dir {
-            cmd.arg("--tls").arg("--cacert").arg(tls.join("ca.crt"));
-        }
-        if let Some(pw) = &self.opts.password {
-            cmd.args(["--no-auth-warning", "-a", pw]);
-        }
+        let mut cmd = self.cli_command(addr);
         let out = cmd
             .args(args)
             .stdin(Stdio::null())
@@ -340,6 +333,37 @@ impl RedisCluster {
         Ok(text)
     }
 
+    /// `redis-cli` aimed at `addr` with this cluster's TLS and password settings.
+    fn cli_command(&self, addr: SocketAddr) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()]);
+        if let Some(tls) = &self.tls_dir {
+            cmd.arg("--tls").arg("--cacert").arg(tls.join("ca.crt"));
+        }
+        if let Some(pw) = &self.opts.password {
+            cmd.args(["--no-auth-warning", "-a", pw]);
+        }
+        cmd
+    }
+
+    fn live_addr(&self) -> anyhow::Result<SocketAddr> {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| !n.stopped)
+            .context("no live node")?;
+        Ok(live.addr())
+    }
+
+    /// The TTL of `key` in seconds (`-2` absent, `-1` no TTL), as `TTL` reports it.
+    ///
+    /// # Errors
+    ///
+    /// When redis-cli fails or prints something else.
+    pub fn ttl(&self, key: &str) -> anyhow::Result<i64> {
+        Ok(self.cli_cluster(&["TTL", key])?.trim().parse()?)
+    }
+
     /// Like [`RedisCluster::cli`] but in cluster mode (`-c`), following redirections: for
     /// reading and writing keys as another client (a Python worker, say) would.
     ///
@@ -349,12 +373,7 @@ impl RedisCluster {
     pub fn cli_cluster(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut full = vec!["-c"];
         full.extend_from_slice(args);
-        let live = self
-            .nodes
-            .iter()
-            .position(|n| !n.stopped)
-            .context("no live node")?;
-        self.cli(live, &full)
+        self.cli_at(self.live_addr()?, &full)
     }
 
     /// Writes raw bytes at `key` through a cluster-mode redis-cli (`-x` reads the value from
@@ -365,26 +384,8 @@ impl RedisCluster {
     /// When redis-cli fails.
     pub fn set_raw(&self, key: &str, value: &[u8], ttl_secs: Option<u64>) -> anyhow::Result<()> {
         use std::io::Write as _;
-        let live = self
-            .nodes
-            .iter()
-            .position(|n| !n.stopped)
-            .context("no live node")?;
-        let addr = self.nodes[live].addr();
-        let mut cmd = Command::new("redis-cli");
-        cmd.args([
-            "-c",
-            "-h",
-            &addr.ip().to_string(),
-            "-p",
-            &addr.port().to_string(),
-        ]);
-        if let Some(tls) = &self.tls_dir {
-            cmd.arg("--tls").arg("--cacert").arg(tls.join("ca.crt"));
-        }
-        if let Some(pw) = &self.opts.password {
-            cmd.args(["--no-auth-warning", "-a", pw]);
-        }
+        let mut cmd = self.cli_command(self.live_addr()?);
+        cmd.arg("-c");
         // -x appends stdin as the last argument, so the TTL is set by a second command.
         cmd.args(["-x", "SET", key]);
         let mut child = cmd
@@ -411,33 +412,13 @@ impl RedisCluster {
     ///
     /// When redis-cli fails.
     pub fn get_raw(&self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
-        // --no-raw output would quote; GETRANGE-free approach: dump hex via Lua-free DUMP is
-        // opaque, so read with `--raw` and strip the one trailing newline redis-cli adds.
+        // `--raw` prints the bytes as they are, plus one newline that is stripped below.
         let exists = self.cli_cluster(&["EXISTS", key])?;
         if exists.trim() == "0" {
             return Ok(None);
         }
-        let live = self
-            .nodes
-            .iter()
-            .position(|n| !n.stopped)
-            .context("no live node")?;
-        let addr = self.nodes[live].addr();
-        let mut cmd = Command::new("redis-cli");
-        cmd.args([
-            "-c",
-            "--raw",
-            "-h",
-            &addr.ip().to_string(),
-            "-p",
-            &addr.port().to_string(),
-        ]);
-        if let Some(tls) = &self.tls_dir {
-            cmd.arg("--tls").arg("--cacert").arg(tls.join("ca.crt"));
-        }
-        if let Some(pw) = &self.opts.password {
-            cmd.args(["--no-auth-warning", "-a", pw]);
-        }
+        let mut cmd = self.cli_command(self.live_addr()?);
+        cmd.args(["-c", "--raw"]);
         let out = cmd.args(["GET", key]).stdin(Stdio::null()).output()?;
         let mut bytes = out.stdout;
         if bytes.last() == Some(&b'\n') {
