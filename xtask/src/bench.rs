@@ -565,9 +565,7 @@ async fn outage_rows(
 }
 
 async fn outage_refused(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = mmcache_test_support::closed_port();
     let broken = worker(Some(&format!("redis://127.0.0.1:{port}")))
         .decoded_cache_entries(Some(0))
         .build()?;

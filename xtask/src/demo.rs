@@ -29,6 +29,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if let Some(a) = args.iter().find(|a| *a != "--metrics") {
         anyhow::bail!("unknown flag `{a}` (demo takes --metrics)");
     }
+    // The shared-cache phase needs redis-server: install it where we can (root + apt-get);
+    // otherwise the demo still runs its first phase and says how to get the second.
+    if let Err(e) = crate::gate::ensure_prerequisites() {
+        eprintln!("note: {e:#}");
+    }
     let metrics = common::install_metrics()?;
     let rt = common::runtime()?;
     let (origin, urls) = common::image_origin(IMAGES, ORIGIN_DELAY);

@@ -331,11 +331,7 @@ async fn origin_errors_keep_their_status() {
             .http_status(),
         404
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = mmcache_test_support::closed_port();
     let err = loader
         .load(&format!("http://127.0.0.1:{port}/x.png"), None)
         .await

@@ -72,11 +72,7 @@ async fn shared_cache_histograms_by_outcome_and_size_bucket() {
         );
     }
     // A dead cache: GET error, SET error.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = mmcache_test_support::closed_port();
     let dead = Loader::builder()
         .allow_internal(true)
         .shared_cache_url(format!("redis://127.0.0.1:{port}"))

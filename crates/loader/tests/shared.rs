@@ -199,11 +199,7 @@ async fn scoped_partitioning_and_missing_scope() {
 
 #[tokio::test]
 async fn a_dead_cache_never_fails_a_load() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = mmcache_test_support::closed_port();
     let origin = TestOrigin::start();
     origin.set("/a.png", Route::ok(images::png(8, 8, 1)));
     let loader = worker(&format!("redis://127.0.0.1:{port}"))

@@ -82,10 +82,7 @@ async fn slow_trickle_past_the_deadline_is_408() {
 
 #[tokio::test]
 async fn refused_connection_is_400() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }; // listener dropped: nothing listens there now
+    let port = mmcache_test_support::closed_port();
     let err = origin(config())
         .fetch(&format!("http://127.0.0.1:{port}/x.png"))
         .await

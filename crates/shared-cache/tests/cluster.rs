@@ -96,11 +96,7 @@ async fn python_compatible_keys_and_values() {
 
 #[tokio::test]
 async fn failures_fail_open_and_warnings_are_rate_limited() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = mmcache_test_support::closed_port();
     let clock = Arc::new(ManualClock::default());
     let mut config = SharedCacheConfig::new(format!("redis://127.0.0.1:{port}"));
     config.clock = clock.clone();
@@ -316,11 +312,7 @@ fn breaker_cache(url: String, clock: Arc<ManualClock>) -> SharedCache {
 
 #[tokio::test]
 async fn breaker_opens_on_a_closed_port_and_probes_after_the_cooldown() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = mmcache_test_support::closed_port();
     let clock = Arc::new(ManualClock::default());
     let cache = breaker_cache(format!("redis://127.0.0.1:{port}"), clock.clone());
     for _ in 0..5 {

@@ -22,3 +22,12 @@ pub mod redis;
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
+
+/// A port on 127.0.0.1 where nothing listens: bound, then released at once. Connections to it
+/// are refused (another process could take it in between; tests accept that tiny chance).
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a loopback port")
+}
