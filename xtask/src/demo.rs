@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::Loader;
+use mmcache_loader::{LeaseSettings, Loader};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, redis_available};
 
 use crate::common::{self, Plan, Record, Summary, ms};
@@ -54,12 +54,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     );
 
     let mut rows = Vec::new();
-    let fleet = |url: Option<&str>| -> anyhow::Result<Vec<Loader>> {
+    let fleet = |url: Option<&str>, lease: bool| -> anyhow::Result<Vec<Loader>> {
+        let mut settings = LeaseSettings::default();
+        settings.enabled = lease;
         (0..WORKERS)
             .map(|_| {
                 let mut b = Loader::builder().allow_internal(true);
                 if let Some(url) = url {
-                    b = b.shared_cache_url(url);
+                    b = b.shared_cache_url(url).shared_cache_lease(settings);
                 }
                 Ok(b.build()?)
             })
@@ -67,7 +69,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     };
 
     let before = origin.total_hits();
-    let loaders = fleet(None)?;
+    let loaders = fleet(None, false)?;
     let t0 = Instant::now();
     let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
     rows.push(row(
@@ -80,28 +82,40 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let note = if redis_available() {
         let cluster = RedisCluster::start(ClusterOptions::default())
             .context("start a local Redis Cluster")?;
-        let loaders = fleet(Some(&cluster.url()))?;
-        let before = origin.total_hits();
-        let t0 = Instant::now();
-        let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
-        rows.push(row(
-            "shared cache (3-master Redis Cluster)",
-            &records,
-            origin.total_hits() - before,
-            t0.elapsed(),
-        ));
         let mut gets = (0, 0, 0);
-        for l in &loaders {
-            let s = l.shared_cache().expect("enabled").stats();
-            gets = (
-                gets.0 + s.get_hits,
-                gets.1 + s.get_misses,
-                gets.2 + s.set_ok,
-            );
+        for (name, lease) in [
+            ("shared cache (3-master Redis Cluster)", false),
+            ("shared cache + stampede lease", true),
+        ] {
+            // A fresh cluster per phase, so the second does not start warm.
+            let _ = cluster.cli_cluster(&["FLUSHALL"]);
+            for i in 1..cluster.nodes.len() {
+                let _ = cluster.cli(i, &["FLUSHALL"]);
+            }
+            let loaders = fleet(Some(&cluster.url()), lease)?;
+            let before = origin.total_hits();
+            let t0 = Instant::now();
+            let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
+            rows.push(row(
+                name,
+                &records,
+                origin.total_hits() - before,
+                t0.elapsed(),
+            ));
+            if !lease {
+                for l in &loaders {
+                    let s = l.shared_cache().expect("enabled").stats();
+                    gets = (
+                        gets.0 + s.get_hits,
+                        gets.1 + s.get_misses,
+                        gets.2 + s.set_ok,
+                    );
+                }
+            }
         }
         drop(cluster);
         format!(
-            "shared cache: {} GET hits, {} GET misses, {} SETs across the fleet",
+            "shared cache (without lease): {} GET hits, {} GET misses, {} SETs across the fleet",
             gets.0, gets.1, gets.2
         )
     } else {
@@ -112,12 +126,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 
     print_table(&rows);
     println!("\n{note}");
-    if let [without, with] = &rows[..] {
+    if let [without, with, leased] = &rows[..] {
         println!(
-            "origin downloads per image: {:.2} without the shared cache, {:.2} with it ({:.1}x fewer downloads)",
+            "origin downloads per image: {:.2} without the shared cache, {:.2} with it, {:.2} with the lease ({:.1}x fewer downloads)",
             per_image(without),
             per_image(with),
-            without.downloads as f64 / with.downloads.max(1) as f64
+            per_image(leased),
+            without.downloads as f64 / leased.downloads.max(1) as f64
         );
     }
     if show_metrics {

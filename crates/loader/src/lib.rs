@@ -594,6 +594,14 @@ impl Inner {
         match shared.try_lease(identity, lease.ttl).await {
             LeaseOutcome::Won(token) => {
                 record_lease("won");
+                // The previous holder may have filled the entry and released the lease between
+                // our GET and our lease: look once more before going to the origin.
+                if let (Some(bytes), _) = shared.get_with_outcome(identity).await
+                    && let Some(hit) = self.decode_cached(shared, identity, bytes).await
+                {
+                    shared.release_lease(identity, token).await;
+                    return Ok(hit);
+                }
                 let result = self.fill_from_origin(shared, identity, url).await;
                 if result.is_ok() {
                     // With write-behind the entry lands a little later; waiters keep polling.
