@@ -386,6 +386,67 @@ mod tests {
     }
 
     #[test]
+    fn property_order_of_unrelated_headers_and_case_do_not_matter() {
+        // Seeded random header sets: the pick depends only on the first value of each session
+        // header, never on unrelated headers, their order, or the case of names.
+        let names = [
+            "x-dynamo-session-id",
+            "x-claude-code-session-id",
+            "x-claude-code-agent-id",
+            "thread-id",
+            "x-session-id",
+        ];
+        let values = ["", "  ", "a", " b ", "caf\u{e9}", "c d", "z"];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..2000 {
+            let mut pairs: Vec<(String, String)> = Vec::new();
+            for _ in 0..next(8) {
+                let name = names[next(names.len())];
+                let name = if next(2) == 0 {
+                    name.to_ascii_uppercase()
+                } else {
+                    name.to_owned()
+                };
+                pairs.push((name, values[next(values.len())].to_owned()));
+                if next(3) == 0 {
+                    pairs.push((format!("x-other-{}", next(100)), "noise".to_owned()));
+                }
+            }
+            let picked = scope_from_pairs(pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            // The same headers, unrelated ones moved to the front, names lowercased.
+            let mut reordered: Vec<(String, String)> = pairs
+                .iter()
+                .filter(|(n, _)| n.starts_with("x-other"))
+                .cloned()
+                .collect();
+            reordered.extend(
+                pairs
+                    .iter()
+                    .filter(|(n, _)| !n.starts_with("x-other"))
+                    .map(|(n, v)| (n.to_ascii_lowercase(), v.clone())),
+            );
+            let again = scope_from_pairs(reordered.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            assert_eq!(picked, again, "{pairs:?}");
+            // Same answer through an http::HeaderMap.
+            let mut map = http::HeaderMap::new();
+            for (n, v) in &pairs {
+                let name = http::HeaderName::from_bytes(n.as_bytes()).unwrap();
+                map.append(name, http::HeaderValue::from_bytes(v.as_bytes()).unwrap());
+            }
+            assert_eq!(scope_from_headers(&map), picked, "{pairs:?}");
+            if let Some(scope) = &picked {
+                assert!(!scope.as_str().is_empty() && scope.as_str() == scope.as_str().trim());
+            }
+        }
+    }
+
+    #[test]
     fn resolve_modes() {
         let s = Scope::new("s").unwrap();
         assert_eq!(
