@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::server::Background;
+
 /// A running forwarder. Stops when dropped (open relays are dropped with it).
 #[derive(Debug)]
 pub struct Forwarder {
-    addr: SocketAddr,
+    server: Background,
     target: Arc<Mutex<Option<SocketAddr>>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Forwarder {
@@ -22,54 +22,20 @@ impl Forwarder {
     ///
     /// When the port cannot be bound.
     pub fn start(ip: IpAddr, target: Option<SocketAddr>) -> std::io::Result<Self> {
-        let std_listener = std::net::TcpListener::bind((ip, 0))?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
         let target = Arc::new(Mutex::new(target));
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let t = target.clone();
-        let thread = std::thread::Builder::new()
-            .name("forwarder".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async move {
-                    let listener = TcpListener::from_std(std_listener).expect("listener");
-                    tokio::select! {
-                        _ = stop_rx => {}
-                        _ = accept_loop(listener, t) => {}
-                    }
-                });
-            })?;
-        Ok(Self {
-            addr,
-            target,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        })
+        let server = Background::start(ip, "forwarder", move |listener| accept_loop(listener, t))?;
+        Ok(Self { server, target })
     }
 
     /// The fixed address clients use.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Points new connections at `target` (`None`: refuse them).
     pub fn set_target(&self, target: Option<SocketAddr>) {
         *self.target.lock().unwrap() = target;
-    }
-}
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::server::Background;
+
 /// What the origin does for one path (request target, query included).
 #[derive(Clone, Debug)]
 pub enum Route {
@@ -88,10 +90,8 @@ struct State {
 /// A running origin. Stops (and drops every open connection) when dropped.
 #[derive(Debug)]
 pub struct TestOrigin {
-    addr: SocketAddr,
+    server: Background,
     state: Arc<Mutex<State>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for State {
@@ -110,48 +110,23 @@ impl TestOrigin {
 
     /// Starts an origin on `ip` (any 127.0.0.x works on Linux) at a free port.
     pub fn start_on(ip: IpAddr) -> Self {
-        let std_listener =
-            std::net::TcpListener::bind((ip, 0)).expect("bind test origin on loopback");
-        std_listener
-            .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let addr = std_listener.local_addr().expect("local addr");
         let state = Arc::new(Mutex::new(State::default()));
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let thread_state = state.clone();
-        // Own thread and runtime: the origin keeps serving whatever the test's runtime does.
-        let thread = std::thread::Builder::new()
-            .name("test-origin".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("origin runtime");
-                rt.block_on(async move {
-                    let listener = TcpListener::from_std(std_listener).expect("tokio listener");
-                    tokio::select! {
-                        _ = stop_rx => {}
-                        _ = accept_loop(listener, thread_state) => {}
-                    }
-                });
-            })
-            .expect("spawn origin thread");
-        Self {
-            addr,
-            state,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
+        let server = Background::start(ip, "test-origin", move |listener| {
+            accept_loop(listener, thread_state)
+        })
+        .expect("start the test origin on loopback");
+        Self { server, state }
     }
 
     /// The socket address the origin listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// `http://ip:port` + `path`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("http://{}{}", self.server.addr(), path)
     }
 
     /// Sets (or replaces) the route for `path`.
@@ -177,17 +152,6 @@ impl TestOrigin {
     /// Requests received for all paths so far.
     pub fn total_hits(&self) -> usize {
         self.state.lock().unwrap().hits.values().sum()
-    }
-}
-
-impl Drop for TestOrigin {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
