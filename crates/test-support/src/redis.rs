@@ -1,7 +1,7 @@
 //! Real Redis Cluster processes on loopback, for tests, chaos and benchmarks.
 //!
 //! A [`RedisCluster`] starts `redis-server --cluster-enabled yes` processes on free 127.0.0.x
-//! ports in a temporary directory, assigns the slots, joins the nodes with `CLUSTER MEET`,
+//! ports in a scratch directory (`/dev/shm` when roomy), assigns the slots, joins the nodes with `CLUSTER MEET`,
 //! attaches replicas, waits for `cluster_state:ok`, and kills its processes (by PID) on drop.
 //! Nodes can be killed, hung (SIGSTOP/SIGCONT), restarted, and moved to new addresses. A TLS
 //! variant makes its CA and server certificate with `openssl` at start.
@@ -130,8 +130,15 @@ impl RedisCluster {
     ///
     /// When a process cannot start or the cluster does not form within 30 s.
     pub fn start(opts: ClusterOptions) -> anyhow::Result<Self> {
+        let cluster = Self::spawn_nodes(opts)?;
+        cluster.form()?;
+        Ok(cluster)
+    }
+
+    /// Starts every node (answering PING) without forming the cluster.
+    fn spawn_nodes(opts: ClusterOptions) -> anyhow::Result<Self> {
         anyhow::ensure!(opts.masters >= 1, "a cluster needs a master");
-        let root = std::env::temp_dir().join(format!(
+        let root = scratch_dir().join(format!(
             "mmcache-redis-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
@@ -168,11 +175,16 @@ impl RedisCluster {
         for i in 0..total {
             cluster.wait_ping(i, Duration::from_secs(10))?;
         }
+        Ok(cluster)
+    }
+
+    /// Assigns slots, joins the nodes, attaches replicas and waits for `cluster_state:ok`.
+    fn form(&self) -> anyhow::Result<()> {
         // Slots in contiguous ranges over the masters.
-        for m in 0..opts.masters {
-            let start = (usize::from(SLOTS) * m / opts.masters) as u16;
-            let end = (usize::from(SLOTS) * (m + 1) / opts.masters) as u16 - 1;
-            cluster.cli_ok(
+        for m in 0..self.opts.masters {
+            let start = (usize::from(SLOTS) * m / self.opts.masters) as u16;
+            let end = (usize::from(SLOTS) * (m + 1) / self.opts.masters) as u16 - 1;
+            self.cli_ok(
                 m,
                 &[
                     "CLUSTER",
@@ -182,15 +194,14 @@ impl RedisCluster {
                 ],
             )?;
         }
-        cluster.meet_all()?;
-        cluster.wait_known_nodes(Duration::from_secs(20))?;
-        for r in 0..opts.masters * opts.replicas {
-            let master = r % opts.masters;
-            let id = cluster.cli(master, &["CLUSTER", "MYID"])?.trim().to_owned();
-            cluster.cli_ok(opts.masters + r, &["CLUSTER", "REPLICATE", &id])?;
+        self.meet_all()?;
+        self.wait_known_nodes(Duration::from_secs(20))?;
+        for r in 0..self.opts.masters * self.opts.replicas {
+            let master = r % self.opts.masters;
+            let id = self.cli(master, &["CLUSTER", "MYID"])?.trim().to_owned();
+            self.cli_ok(self.opts.masters + r, &["CLUSTER", "REPLICATE", &id])?;
         }
-        cluster.wait_ok(Duration::from_secs(30))?;
-        Ok(cluster)
+        self.wait_ok(Duration::from_secs(30))
     }
 
     /// The options it was started with.
@@ -466,23 +477,95 @@ impl RedisCluster {
         Ok(())
     }
 
+    /// Waits until every live node knows every other live node as a full member, re-sending
+    /// `CLUSTER MEET` for missing pairs each second: a handshake that times out (a slow disk
+    /// delaying the `nodes.conf` fsync, a loaded machine) is dropped by Redis, never retried.
     fn wait_known_nodes(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
-        let want = self.nodes.len();
+        let mut next_nudge = Instant::now() + Duration::from_secs(1);
         loop {
-            let all = (0..want).all(|i| {
-                self.cli(i, &["CLUSTER", "INFO"]).is_ok_and(|info| {
-                    info_field(&info, "cluster_known_nodes") == Some(want.to_string())
-                })
-            });
-            if all {
+            let missing = self.missing_peers();
+            if missing.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("nodes did not all meet within {within:?}");
+                bail!(
+                    "nodes did not all meet within {within:?}; missing (node, peer): {missing:?}\n{}",
+                    self.diagnostics()
+                );
+            }
+            if Instant::now() >= next_nudge {
+                self.meet_pairs(&missing);
+                next_nudge = Instant::now() + Duration::from_secs(1);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Pairs `(a, b)` of live nodes where `a` does not list `b`'s current address as a member
+    /// past the handshake. A node that does not answer misses every peer.
+    fn missing_peers(&self) -> Vec<(usize, usize)> {
+        let live: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].stopped)
+            .collect();
+        let mut missing = Vec::new();
+        for &a in &live {
+            let table = self.cli(a, &["CLUSTER", "NODES"]).unwrap_or_default();
+            for &b in &live {
+                let needle = format!("{}@", self.nodes[b].addr());
+                let known = table.lines().any(|l| {
+                    let mut fields = l.split(' ');
+                    let addr = fields.nth(1).unwrap_or("");
+                    let flags = fields.next().unwrap_or("");
+                    addr.starts_with(&needle)
+                        && !flags.split(',').any(|f| f == "handshake" || f == "noaddr")
+                });
+                if !known {
+                    missing.push((a, b));
+                }
+            }
+        }
+        missing
+    }
+
+    /// `CLUSTER MEET` for each pair; errors are ignored (the caller polls again).
+    fn meet_pairs(&self, pairs: &[(usize, usize)]) {
+        for &(a, b) in pairs {
+            if a != b {
+                let n = &self.nodes[b];
+                let _ = self.cli(
+                    a,
+                    &["CLUSTER", "MEET", &n.ip.to_string(), &n.port.to_string()],
+                );
+            }
+        }
+    }
+
+    /// Each node's view of the cluster and the end of its log, for an error message.
+    fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let view = if n.stopped {
+                "(stopped)".to_owned()
+            } else {
+                self.cli(i, &["CLUSTER", "NODES"])
+                    .unwrap_or_else(|e| format!("(CLUSTER NODES failed: {e:#})"))
+            };
+            let log = std::fs::read_to_string(n.dir.join("redis.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(12).collect();
+            out.push_str(&format!(
+                "--- node {i} at {}\n{}",
+                n.addr(),
+                view.trim_end()
+            ));
+            out.push_str("\n    log tail:\n");
+            for line in tail.iter().rev() {
+                out.push_str("    ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
     }
 
     /// Waits until every live node reports `cluster_state:ok` and all slots assigned.
@@ -492,6 +575,7 @@ impl RedisCluster {
     /// When that does not happen `within`.
     pub fn wait_ok(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
+        let mut next_nudge = Instant::now() + Duration::from_secs(1);
         loop {
             let ok = self
                 .nodes
@@ -508,7 +592,12 @@ impl RedisCluster {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("cluster not ok within {within:?}");
+                bail!("cluster not ok within {within:?}\n{}", self.diagnostics());
+            }
+            if Instant::now() >= next_nudge {
+                // Re-MEET peers whose handshake was dropped (see `wait_known_nodes`).
+                self.meet_pairs(&self.missing_peers());
+                next_nudge = Instant::now() + Duration::from_secs(1);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -687,6 +776,44 @@ impl Drop for RedisCluster {
     }
 }
 
+/// Where node directories go: `/dev/shm` when it is a roomy tmpfs, else the temp dir.
+/// Redis fsyncs `nodes.conf` on every cluster change in its main thread; on a slow disk that
+/// stalls the node past its handshake timeout while a cluster forms.
+fn scratch_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(pick_scratch_dir).clone()
+}
+
+fn pick_scratch_dir() -> PathBuf {
+    const ROOMY_KIB: u64 = 256 * 1024;
+    let shm = PathBuf::from("/dev/shm");
+    let avail_kib = Command::new("df")
+        .args(["-Pk", "/dev/shm"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.lines()
+                .nth(1)?
+                .split_whitespace()
+                .nth(3)?
+                .parse::<u64>()
+                .ok()
+        });
+    let writable = || {
+        let probe = shm.join(format!("mmcache-probe-{}", std::process::id()));
+        let ok = std::fs::create_dir_all(&probe).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        ok
+    };
+    if avail_kib.is_some_and(|k| k >= ROOMY_KIB) && writable() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 fn info_field(info: &str, field: &str) -> Option<String> {
     info.lines().find_map(|l| {
         l.strip_prefix(field)?
@@ -774,4 +901,45 @@ fn make_tls_files(dir: &Path, ips: &[Ipv4Addr]) -> anyhow::Result<PathBuf> {
         "ext.cnf",
     ])?;
     Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that stalls past the handshake timeout while being met is dropped by Redis and
+    /// never retried; waiting for the nodes to meet must heal that (it re-sends the MEET).
+    #[test]
+    fn a_dropped_handshake_is_met_again() {
+        if !require_redis("a_dropped_handshake_is_met_again") {
+            return;
+        }
+        let opts = ClusterOptions {
+            masters: 2,
+            ..Default::default()
+        };
+        let cluster = RedisCluster::spawn_nodes(opts).expect("nodes start");
+        cluster.hang(1).expect("SIGSTOP node 1");
+        let peer = &cluster.nodes[1];
+        let meet = [
+            "CLUSTER",
+            "MEET",
+            &peer.ip.to_string(),
+            &peer.port.to_string(),
+        ];
+        cluster.cli_ok(0, &meet).expect("MEET accepted");
+        // Past the 1 s handshake timeout: node 0 drops the half-made peer.
+        std::thread::sleep(Duration::from_millis(2500));
+        cluster.resume(1).expect("SIGCONT node 1");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            cluster.missing_peers().contains(&(0, 1)),
+            "node 0 should have dropped the stalled handshake:\n{}",
+            cluster.diagnostics()
+        );
+        cluster
+            .wait_known_nodes(Duration::from_secs(10))
+            .expect("waiting re-sends the MEET");
+        assert!(cluster.missing_peers().is_empty());
+    }
 }
