@@ -311,6 +311,9 @@ impl LoaderBuilder {
                 c.connect_timeout = config.shared.connect_timeout;
                 c.io_timeout = config.shared.io_timeout;
                 c.max_value_bytes = config.shared.max_value_bytes;
+                // A cached value may be as large as a download may be, never larger.
+                c.max_read_bytes =
+                    usize::try_from(config.max_file_size_bytes).unwrap_or(usize::MAX);
                 c.tls_root_ca_pem = config.shared.tls_root_ca_pem.clone();
                 c.breaker = config.shared.breaker;
                 c.write_behind = config.shared.write_behind;
@@ -543,6 +546,11 @@ impl Inner {
             if let Some(hit) = self.decode_cached(shared, identity, bytes).await {
                 return Ok(hit);
             }
+        } else if outcome == GetOutcome::Oversized {
+            // Larger than any download may be: as invalid as a value that does not decode.
+            ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
+            tracing::debug!("shared cache value over the download cap; deleting it");
+            shared.delete(identity).await;
         } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
             return self.fill_with_lease(shared, identity, url).await;
         }

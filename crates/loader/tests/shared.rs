@@ -116,6 +116,37 @@ async fn corrupt_and_truncated_entries_are_deleted_and_refilled() {
 }
 
 #[tokio::test]
+async fn an_entry_larger_than_a_download_may_be_is_replaced_unread() {
+    if !require_redis("an_entry_larger_than_a_download_may_be_is_replaced_unread") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let jpeg = images::jpeg(64, 48, 3);
+    origin.set("/big.jpg", Route::ok(jpeg.clone()));
+    let url = origin.url("/big.jpg");
+    // Over the download cap (64 KiB here), but otherwise a perfectly good JPEG prefix.
+    let cap = 64 * 1024;
+    let mut huge = jpeg.clone();
+    huge.resize(cap + 1, 0);
+    cluster.set_raw(&key_for(&url), &huge, Some(3600)).unwrap();
+    let loader = worker(&cluster.url())
+        .max_file_size_bytes(cap as u64)
+        .build()
+        .unwrap();
+    let loaded = loader.load_detailed(&url, None).await.unwrap();
+    assert_eq!(loaded.source, Source::Origin);
+    assert_eq!(origin.hits("/big.jpg"), 1);
+    assert_eq!(
+        cluster.get_raw(&key_for(&url)).unwrap().as_deref(),
+        Some(&jpeg[..]),
+        "replaced by the origin bytes"
+    );
+    let s = loader.shared_cache().unwrap().stats();
+    assert_eq!((s.get_hits, s.del_ok, s.set_ok), (1, 1, 1));
+}
+
+#[tokio::test]
 async fn an_entry_written_by_another_client_is_a_hit() {
     if !require_redis("an_entry_written_by_another_client_is_a_hit") {
         return;

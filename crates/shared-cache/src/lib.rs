@@ -76,6 +76,10 @@ pub const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
 /// Default cap on a stored value (`MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_BYTES`): larger
 /// values are not written, so one huge value cannot hold a node connection for everyone.
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
+/// Default cap on a value read back: the origin's default download cap
+/// (`DYN_MM_MAX_FILE_SIZE_MB` = 64), so the cache never makes a worker hold more than a
+/// download could. Other writers of the fleet (Python workers) may store values up to that size.
+pub const DEFAULT_MAX_READ_BYTES: usize = 64 * 1024 * 1024;
 /// The slot map (for per-node breakers) is re-read this often while things work...
 const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
 /// ...and this often while operations fail (nodes may have moved).
@@ -146,6 +150,10 @@ pub struct SharedCacheConfig {
     pub io_timeout: Duration,
     /// Values larger than this are not written. Default [`DEFAULT_MAX_VALUE_BYTES`].
     pub max_value_bytes: usize,
+    /// Values larger than this are never read into memory: a GET reads at most this many bytes
+    /// plus one (`GETRANGE key 0 max`), and a longer value is reported as
+    /// [`GetOutcome::Oversized`]. Default [`DEFAULT_MAX_READ_BYTES`].
+    pub max_read_bytes: usize,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
     /// Per-node circuit breakers. Default on: 5 consecutive failures, 1 s cool-down.
@@ -164,6 +172,7 @@ impl std::fmt::Debug for SharedCacheConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("max_value_bytes", &self.max_value_bytes)
+            .field("max_read_bytes", &self.max_read_bytes)
             .field("breaker", &self.breaker)
             .field("write_behind", &self.write_behind)
             .field(
@@ -183,6 +192,7 @@ impl SharedCacheConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
             tls_root_ca_pem: None,
             breaker: BreakerConfig::default(),
             write_behind: WriteBehindConfig::default(),
@@ -393,24 +403,35 @@ impl SharedCache {
     /// Like [`SharedCache::get`], also saying how it ended.
     pub async fn get_with_outcome(&self, identity: &CacheIdentity) -> (Option<Bytes>, GetOutcome) {
         let key = entry_key(identity);
+        let max = self.inner.config.max_read_bytes;
         let started = Instant::now();
+        // GETRANGE bounds what a hostile or foreign value can make us allocate; it reads the
+        // same key as GET, leaves the TTL alone, and answers "" for an absent key (an empty
+        // value is never a valid image, so "" is a miss either way).
         let result = self
             .run("get", &key, |mut conn, key| async move {
-                redis::cmd("GET")
+                redis::cmd("GETRANGE")
                     .arg(key)
-                    .query_async::<Option<Vec<u8>>>(&mut conn)
+                    .arg(0)
+                    .arg(max)
+                    .query_async::<Vec<u8>>(&mut conn)
                     .await
             })
             .await;
         let c = &self.inner.counters;
         let (value, outcome) = match result {
-            Ok(Some(v)) => {
-                bump(&c.get_hits);
-                (Some(Bytes::from(v)), GetOutcome::Hit)
-            }
-            Ok(None) => {
+            Ok(v) if v.is_empty() => {
                 bump(&c.get_misses);
                 (None, GetOutcome::Miss)
+            }
+            Ok(v) if v.len() > max => {
+                bump(&c.get_hits);
+                metrics::record_get(GetOutcome::Oversized, Some(v.len()), started.elapsed());
+                return (None, GetOutcome::Oversized);
+            }
+            Ok(v) => {
+                bump(&c.get_hits);
+                (Some(Bytes::from(v)), GetOutcome::Hit)
             }
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
             Err(Failure::Failed(_)) => {

@@ -58,13 +58,17 @@ pub enum GetOutcome {
     Error,
     /// Not attempted (circuit breaker open).
     Skipped,
+    /// The entry is longer than [`crate::SharedCacheConfig::max_read_bytes`]: not read, no
+    /// value returned. No valid download is that large, so callers treat it as invalid.
+    Oversized,
 }
 
 impl GetOutcome {
-    /// The metric label value.
+    /// The metric label value. An oversized entry is a `hit` (the entry was there), as a value
+    /// that fails to decode is: the design's labels are `hit`, `miss` and `error`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Hit => "hit",
+            Self::Hit | Self::Oversized => "hit",
             Self::Miss => "miss",
             Self::Error => "error",
             Self::Skipped => "skipped",
@@ -99,7 +103,7 @@ pub(crate) fn record_get(outcome: GetOutcome, len: Option<usize>, elapsed: Durat
     if outcome == GetOutcome::Skipped {
         return;
     }
-    let bucket = if outcome == GetOutcome::Hit {
+    let bucket = if matches!(outcome, GetOutcome::Hit | GetOutcome::Oversized) {
         size_bucket(len)
     } else {
         "unknown"

@@ -95,6 +95,41 @@ async fn python_compatible_keys_and_values() {
 }
 
 #[tokio::test]
+async fn values_over_the_read_cap_are_never_read() {
+    if !require_redis("values_over_the_read_cap_are_never_read") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let mut config = SharedCacheConfig::new(cluster.url());
+    config.max_read_bytes = 1000;
+    let cache = SharedCache::new(config).unwrap();
+    let at_cap = vec![7u8; 1000];
+    let over_cap = vec![8u8; 1001];
+    cluster.set_raw(&entry_key(&id(1)), &at_cap, None).unwrap();
+    cluster
+        .set_raw(&entry_key(&id(2)), &over_cap, None)
+        .unwrap();
+    // Exactly at the cap: read whole.
+    assert_eq!(
+        cache.get_with_outcome(&id(1)).await,
+        (Some(Bytes::from(at_cap)), GetOutcome::Hit)
+    );
+    // One byte over: not returned, reported as oversized, left for the caller to judge.
+    assert_eq!(
+        cache.get_with_outcome(&id(2)).await,
+        (None, GetOutcome::Oversized)
+    );
+    assert_eq!(cluster.get_raw(&entry_key(&id(2))).unwrap(), Some(over_cap));
+    // Absent: a miss, as with GET.
+    assert_eq!(
+        cache.get_with_outcome(&id(3)).await,
+        (None, GetOutcome::Miss)
+    );
+    let s = cache.stats();
+    assert_eq!((s.get_hits, s.get_misses, s.get_errors), (2, 1, 0));
+}
+
+#[tokio::test]
 async fn failures_fail_open_and_warnings_are_rate_limited() {
     let port = mmcache_test_support::closed_port();
     let clock = Arc::new(ManualClock::default());
