@@ -212,7 +212,9 @@ pub(crate) fn timeline(
 pub(crate) fn bars(title: &str, rows: &[(String, f64)], reference: f64, unit: &str) -> String {
     let row_h = 26.0;
     let h = 60.0 + row_h * rows.len() as f64 + 20.0;
-    let label_w = 330.0;
+    // Right-aligned labels need room for the longest one (about 6.6 px a character at 12 px).
+    let longest = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    let label_w = (longest as f64 * 6.6 + 16.0).clamp(200.0, W * 0.6);
     let plot_w = W - label_w - 80.0;
     let max = rows.iter().map(|r| r.1).fold(reference, f64::max).max(1e-9) * 1.1;
     let mut svg = String::new();
