@@ -766,6 +766,7 @@ async fn zipf(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
         zipf_s: 1.1,
         seed: 11,
         duration: None,
+        stop: None,
         pace: Duration::ZERO,
     };
     let started = Instant::now();

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -116,19 +117,25 @@ struct Report {
 struct Run {
     started: Instant,
     handle: tokio::task::JoinHandle<Vec<Record>>,
-    total: Duration,
+    /// The planned length; `finish` extends it so the last event is followed by `after()`.
+    planned: f64,
+    stop: Arc<AtomicBool>,
     events: Vec<(f64, String)>,
 }
 
+/// However slow the machine, no fleet runs longer than its plan plus this.
+const MAX_OVERRUN_SECS: f64 = 120.0;
+
 impl Run {
-    fn start(ctx: &Ctx, setup: &Setup, total_secs: f64) -> Self {
-        let total = Duration::from_secs_f64(total_secs);
+    fn start(ctx: &Ctx, setup: &Setup, planned: f64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
         let plan = Plan {
             loads_per_worker: 200_000, // bounded by the duration long before this
             lanes: 2,
             zipf_s: 0.9,
             seed: 7,
-            duration: Some(total),
+            duration: Some(Duration::from_secs_f64(planned + MAX_OVERRUN_SECS)),
+            stop: Some(stop.clone()),
             pace: Duration::from_millis(5),
         };
         let started = Instant::now();
@@ -139,7 +146,8 @@ impl Run {
         Self {
             started,
             handle,
-            total,
+            planned,
+            stop,
             events: Vec::new(),
         }
     }
@@ -163,12 +171,19 @@ impl Run {
         t
     }
 
+    /// Lets the fleet run to its planned end, and at least `after()` past the last event (a
+    /// fault that took longer on a slow machine still gets its full recovery window), then
+    /// stops it and collects the records.
     fn finish(self, ctx: &Ctx) -> anyhow::Result<Finished> {
+        let last = self.events.last().map_or(0.0, |e| e.0);
+        let end = self.planned.max(last + ctx.after());
+        self.sleep_until(end);
+        self.stop.store(true, Ordering::Relaxed);
         let records = ctx.rt.block_on(self.handle).context("fleet panicked")?;
         Ok(Finished {
             records,
             events: self.events,
-            total: self.total,
+            total: self.started.elapsed(),
         })
     }
 }

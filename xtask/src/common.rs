@@ -3,6 +3,7 @@
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -111,6 +112,8 @@ pub(crate) struct Plan {
     pub(crate) seed: u64,
     /// Stop after this long even if loads remain.
     pub(crate) duration: Option<Duration>,
+    /// Stop as soon as this is set (checked before each load).
+    pub(crate) stop: Option<Arc<AtomicBool>>,
     /// Pause between two loads of a lane.
     pub(crate) pace: Duration,
 }
@@ -142,7 +145,12 @@ pub(crate) async fn run_fleet_from(
                 let per_lane = plan.loads_per_worker.div_ceil(plan.lanes);
                 let mut out = Vec::with_capacity(per_lane);
                 for _ in 0..per_lane {
-                    if plan.duration.is_some_and(|d| started.elapsed() >= d) {
+                    if plan.duration.is_some_and(|d| started.elapsed() >= d)
+                        || plan
+                            .stop
+                            .as_ref()
+                            .is_some_and(|s| s.load(Ordering::Relaxed))
+                    {
                         break;
                     }
                     let image = zipf.sample(&mut rng);

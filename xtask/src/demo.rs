@@ -44,6 +44,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         zipf_s: 1.1,
         seed: 42,
         duration: None,
+        stop: None,
         pace: Duration::ZERO,
     };
     println!(
