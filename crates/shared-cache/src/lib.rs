@@ -404,6 +404,8 @@ impl SharedCache {
     pub async fn get_with_outcome(&self, identity: &CacheIdentity) -> (Option<Bytes>, GetOutcome) {
         let key = entry_key(identity);
         let max = self.inner.config.max_read_bytes;
+        // Redis takes a signed 64-bit end; a larger cap means "no cap" in practice.
+        let end = i64::try_from(max).unwrap_or(i64::MAX - 1);
         let started = Instant::now();
         // GETRANGE bounds what a hostile or foreign value can make us allocate; it reads the
         // same key as GET, leaves the TTL alone, and answers "" for an absent key (an empty
@@ -413,7 +415,7 @@ impl SharedCache {
                 redis::cmd("GETRANGE")
                     .arg(key)
                     .arg(0)
-                    .arg(max)
+                    .arg(end)
                     .query_async::<Vec<u8>>(&mut conn)
                     .await
             })

@@ -119,7 +119,10 @@ async fn values_over_the_read_cap_are_never_read() {
         cache.get_with_outcome(&id(2)).await,
         (None, GetOutcome::Oversized)
     );
-    assert_eq!(cluster.get_raw(&entry_key(&id(2))).unwrap(), Some(over_cap));
+    assert_eq!(
+        cluster.get_raw(&entry_key(&id(2))).unwrap().as_ref(),
+        Some(&over_cap)
+    );
     // Absent: a miss, as with GET.
     assert_eq!(
         cache.get_with_outcome(&id(3)).await,
@@ -127,6 +130,14 @@ async fn values_over_the_read_cap_are_never_read() {
     );
     let s = cache.stats();
     assert_eq!((s.get_hits, s.get_misses, s.get_errors), (2, 1, 0));
+    // A cap beyond what Redis can express reads everything.
+    let mut config = SharedCacheConfig::new(cluster.url());
+    config.max_read_bytes = usize::MAX;
+    let uncapped = SharedCache::new(config).unwrap();
+    assert_eq!(
+        uncapped.get_with_outcome(&id(2)).await,
+        (Some(Bytes::from(over_cap)), GetOutcome::Hit)
+    );
 }
 
 #[tokio::test]
