@@ -116,7 +116,8 @@ struct Report {
 /// The fleet runs in the background while the caller injects faults; `finish` collects.
 struct Run {
     started: Instant,
-    handle: tokio::task::JoinHandle<Vec<Record>>,
+    /// Taken by `finish`.
+    handle: Option<tokio::task::JoinHandle<Vec<Record>>>,
     /// The planned length; `finish` extends it so the last event is followed by `after()`.
     planned: f64,
     stop: Arc<AtomicBool>,
@@ -145,7 +146,7 @@ impl Run {
             .spawn(async move { common::run_fleet_from(started, &loaders, urls, &plan).await });
         Self {
             started,
-            handle,
+            handle: Some(handle),
             planned,
             stop,
             events: Vec::new(),
@@ -174,17 +175,26 @@ impl Run {
     /// Lets the fleet run to its planned end, and at least `after()` past the last event (a
     /// fault that took longer on a slow machine still gets its full recovery window), then
     /// stops it and collects the records.
-    fn finish(self, ctx: &Ctx) -> anyhow::Result<Finished> {
+    fn finish(mut self, ctx: &Ctx) -> anyhow::Result<Finished> {
         let last = self.events.last().map_or(0.0, |e| e.0);
         let end = self.planned.max(last + ctx.after());
         self.sleep_until(end);
         self.stop.store(true, Ordering::Relaxed);
-        let records = ctx.rt.block_on(self.handle).context("fleet panicked")?;
+        let handle = self.handle.take().context("finished twice")?;
+        let records = ctx.rt.block_on(handle).context("fleet panicked")?;
         Ok(Finished {
             records,
-            events: self.events,
+            events: std::mem::take(&mut self.events),
             total: self.started.elapsed(),
         })
+    }
+}
+
+impl Drop for Run {
+    /// A scenario that bails out early (`?`) must not leave its fleet loading against a
+    /// torn-down cluster while the next scenario runs.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

@@ -547,10 +547,11 @@ impl Inner {
                 return Ok(hit);
             }
         } else if outcome == GetOutcome::Oversized {
-            // Larger than any download may be: as invalid as a value that does not decode.
-            ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
-            tracing::debug!("shared cache value over the download cap; deleting it");
-            shared.delete(identity).await;
+            // Larger than this worker may download, so larger than it may hold. Another worker
+            // with a larger cap may have written it legitimately: leave it, and let the origin
+            // (same cap) decide.
+            ::metrics::counter!(metrics::SHARED_OVERSIZED).increment(1);
+            tracing::debug!("shared cache value over the download cap; not read");
         } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
             return self.fill_with_lease(shared, identity, url).await;
         }

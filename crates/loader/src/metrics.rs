@@ -19,8 +19,10 @@ pub const ORIGIN_FETCH_BYTES: &str = "mmcache_origin_fetch_bytes_total";
 pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
 /// Loads that bypassed every cache; label `reason` (`no_scope`).
 pub const BYPASSES: &str = "mmcache_cache_bypass_total";
-/// Shared-cache values that did not decode (or exceeded the download cap) and were deleted.
+/// Shared-cache values that did not decode and were deleted.
 pub const SHARED_CORRUPT: &str = "mmcache_shared_cache_corrupt_total";
+/// Shared-cache values longer than the download cap, left unread (the load went to the origin).
+pub const SHARED_OVERSIZED: &str = "mmcache_shared_cache_oversized_total";
 /// Stampede leases by `outcome` (`won`, `waited_hit`, `waited_timeout`, `error`).
 pub const LEASES: &str = "mmcache_shared_cache_lease_total";
 /// Decoded-cache entries (gauge).
@@ -76,7 +78,11 @@ pub fn describe() {
     describe_counter!(BYPASSES, "Loads that bypassed every cache");
     describe_counter!(
         SHARED_CORRUPT,
-        "Shared-cache values that failed to decode or exceeded the download cap, deleted"
+        "Shared-cache values that failed to decode and were deleted"
+    );
+    describe_counter!(
+        SHARED_OVERSIZED,
+        "Shared-cache values longer than the download cap, left unread"
     );
     describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
     describe_counter!(

@@ -116,34 +116,47 @@ async fn corrupt_and_truncated_entries_are_deleted_and_refilled() {
 }
 
 #[tokio::test]
-async fn an_entry_larger_than_a_download_may_be_is_replaced_unread() {
-    if !require_redis("an_entry_larger_than_a_download_may_be_is_replaced_unread") {
+async fn an_entry_larger_than_a_download_may_be_is_never_read() {
+    if !require_redis("an_entry_larger_than_a_download_may_be_is_never_read") {
         return;
     }
     let cluster = cluster();
     let origin = TestOrigin::start();
-    let jpeg = images::jpeg(64, 48, 3);
-    origin.set("/big.jpg", Route::ok(jpeg.clone()));
-    let url = origin.url("/big.jpg");
-    // Over the download cap (64 KiB here), but otherwise a perfectly good JPEG prefix.
     let cap = 64 * 1024;
+    let jpeg = images::jpeg(64, 48, 3);
+    // Over this worker's download cap (64 KiB), but otherwise a perfectly good JPEG: read whole,
+    // it would decode and be a hit.
     let mut huge = jpeg.clone();
     huge.resize(cap + 1, 0);
-    cluster.set_raw(&key_for(&url), &huge, Some(3600)).unwrap();
     let loader = worker(&cluster.url())
         .max_file_size_bytes(cap as u64)
         .build()
         .unwrap();
-    let loaded = loader.load_detailed(&url, None).await.unwrap();
-    assert_eq!(loaded.source, Source::Origin);
+
+    // The origin serves the same oversized file: the load fails as it would without a cache,
+    // and the entry (another worker's, with a larger cap) is left alone.
+    origin.set("/big.jpg", Route::ok(huge.clone()));
+    let big = origin.url("/big.jpg");
+    cluster.set_raw(&key_for(&big), &huge, Some(3600)).unwrap();
+    let err = loader.load_detailed(&big, None).await.unwrap_err();
+    assert_eq!(err.http_status(), 413, "{err}");
     assert_eq!(origin.hits("/big.jpg"), 1);
+    assert_eq!(cluster.get_raw(&key_for(&big)).unwrap(), Some(huge.clone()));
+
+    // The origin now serves a file within the cap: it is loaded and written over the entry.
+    origin.set("/changed.jpg", Route::ok(jpeg.clone()));
+    let changed = origin.url("/changed.jpg");
+    cluster
+        .set_raw(&key_for(&changed), &huge, Some(3600))
+        .unwrap();
+    let loaded = loader.load_detailed(&changed, None).await.unwrap();
+    assert_eq!(loaded.source, Source::Origin);
     assert_eq!(
-        cluster.get_raw(&key_for(&url)).unwrap().as_deref(),
-        Some(&jpeg[..]),
-        "replaced by the origin bytes"
+        cluster.get_raw(&key_for(&changed)).unwrap().as_deref(),
+        Some(&jpeg[..])
     );
     let s = loader.shared_cache().unwrap().stats();
-    assert_eq!((s.get_hits, s.del_ok, s.set_ok), (1, 1, 1));
+    assert_eq!((s.get_hits, s.del_ok, s.set_ok), (2, 0, 1));
 }
 
 #[tokio::test]

@@ -428,7 +428,8 @@ impl SharedCache {
             }
             Ok(v) if v.len() > max => {
                 bump(&c.get_hits);
-                metrics::record_get(GetOutcome::Oversized, Some(v.len()), started.elapsed());
+                // The real size is unknown (only cap + 1 bytes were read).
+                metrics::record_get(GetOutcome::Oversized, None, started.elapsed());
                 return (None, GetOutcome::Oversized);
             }
             Ok(v) => {

@@ -59,13 +59,13 @@ pub enum GetOutcome {
     /// Not attempted (circuit breaker open).
     Skipped,
     /// The entry is longer than [`crate::SharedCacheConfig::max_read_bytes`]: not read, no
-    /// value returned. No valid download is that large, so callers treat it as invalid.
+    /// value returned. Recorded as a `hit` with size bucket `unknown`.
     Oversized,
 }
 
 impl GetOutcome {
-    /// The metric label value. An oversized entry is a `hit` (the entry was there), as a value
-    /// that fails to decode is: the design's labels are `hit`, `miss` and `error`.
+    /// The metric label value. An oversized entry is a `hit` (the entry was there): the
+    /// design's labels are `hit`, `miss` and `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Hit | Self::Oversized => "hit",
@@ -103,7 +103,7 @@ pub(crate) fn record_get(outcome: GetOutcome, len: Option<usize>, elapsed: Durat
     if outcome == GetOutcome::Skipped {
         return;
     }
-    let bucket = if matches!(outcome, GetOutcome::Hit | GetOutcome::Oversized) {
+    let bucket = if outcome == GetOutcome::Hit {
         size_bucket(len)
     } else {
         "unknown"
