@@ -9,7 +9,7 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -85,9 +85,17 @@ pub struct Node {
     dir: PathBuf,
     child: Option<Child>,
     stopped: bool,
+    /// SIGSTOPped: it accepts connections but answers nothing, so the helpers that talk to
+    /// every node skip it (redis-cli would wait forever).
+    hung: AtomicBool,
 }
 
 impl Node {
+    /// Running and not hung: safe to talk to.
+    fn answering(&self) -> bool {
+        !self.stopped && !self.hung.load(Ordering::Relaxed)
+    }
+
     /// `ip:port`.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((self.ip, self.port))
@@ -168,6 +176,7 @@ impl RedisCluster {
                 dir,
                 child: None,
                 stopped: true,
+                hung: AtomicBool::new(false),
             };
             cluster.spawn(&mut node)?;
             cluster.nodes.push(node);
@@ -310,6 +319,7 @@ impl RedisCluster {
             .context("spawn redis-server (is it installed?)")?;
         node.child = Some(child);
         node.stopped = false;
+        node.hung.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -361,7 +371,7 @@ impl RedisCluster {
         let live = self
             .nodes
             .iter()
-            .find(|n| !n.stopped)
+            .find(|n| n.answering())
             .context("no live node")?;
         Ok(live.addr())
     }
@@ -461,7 +471,7 @@ impl RedisCluster {
     /// peer address).
     fn meet_all(&self) -> anyhow::Result<()> {
         let live: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| !self.nodes[i].stopped)
+            .filter(|&i| self.nodes[i].answering())
             .collect();
         for &a in &live {
             for &b in &live {
@@ -506,7 +516,7 @@ impl RedisCluster {
     /// past the handshake. A node that does not answer misses every peer.
     fn missing_peers(&self) -> Vec<(usize, usize)> {
         let live: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| !self.nodes[i].stopped)
+            .filter(|&i| self.nodes[i].answering())
             .collect();
         let mut missing = Vec::new();
         for &a in &live {
@@ -545,8 +555,8 @@ impl RedisCluster {
     fn diagnostics(&self) -> String {
         let mut out = String::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            let view = if n.stopped {
-                "(stopped)".to_owned()
+            let view = if !n.answering() {
+                "(stopped or hung)".to_owned()
             } else {
                 self.cli(i, &["CLUSTER", "NODES"])
                     .unwrap_or_else(|e| format!("(CLUSTER NODES failed: {e:#})"))
@@ -581,7 +591,7 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| !n.stopped)
+                .filter(|(_, n)| n.answering())
                 .all(|(i, _)| {
                     self.cli(i, &["CLUSTER", "INFO"]).is_ok_and(|info| {
                         info_field(&info, "cluster_state").as_deref() == Some("ok")
@@ -617,7 +627,7 @@ impl RedisCluster {
                 .nodes
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| !n.stopped)
+                .filter(|(_, n)| n.answering())
                 .all(|(j, _)| {
                     self.cli(j, &["CLUSTER", "NODES"]).is_ok_and(|nodes| {
                         nodes.lines().any(|l| {
@@ -654,7 +664,9 @@ impl RedisCluster {
     ///
     /// When the signal cannot be sent.
     pub fn hang(&self, i: usize) -> anyhow::Result<()> {
-        self.signal(i, "-STOP")
+        self.signal(i, "-STOP")?;
+        self.nodes[i].hung.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Resumes a hung node (SIGCONT).
@@ -663,7 +675,9 @@ impl RedisCluster {
     ///
     /// When the signal cannot be sent.
     pub fn resume(&self, i: usize) -> anyhow::Result<()> {
-        self.signal(i, "-CONT")
+        self.signal(i, "-CONT")?;
+        self.nodes[i].hung.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     fn signal(&self, i: usize, sig: &str) -> anyhow::Result<()> {
@@ -689,6 +703,7 @@ impl RedisCluster {
                 dir: PathBuf::new(),
                 child: None,
                 stopped: true,
+                hung: AtomicBool::new(false),
             },
         );
         let result = self.spawn(&mut node);
@@ -742,7 +757,7 @@ impl RedisCluster {
         let live = self
             .nodes
             .iter()
-            .position(|n| !n.stopped)
+            .position(|n| n.answering())
             .context("no live node")?;
         let slot: u16 = self
             .cli(live, &["CLUSTER", "KEYSLOT", key])?
