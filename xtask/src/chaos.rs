@@ -258,14 +258,18 @@ fn recovery_check(records: &[Record], healthy: f64, failed: &mut Vec<String>) ->
     recovery
 }
 
+/// The report of a scenario with one fault window: checks that shared hits resumed within
+/// the bound after `healthy`, and keeps the window for the chart.
 fn report(
     name: &'static str,
     run: Finished,
-    failed: Vec<String>,
+    mut failed: Vec<String>,
     summary: Summary,
-    recovery: Option<Duration>,
-    windows: Vec<Window>,
+    healthy: f64,
+    window: Window,
 ) -> Report {
+    let recovery = recovery_check(&run.records, healthy, &mut failed);
+    let windows = vec![window];
     let Finished {
         records,
         events,
@@ -309,19 +313,17 @@ fn node_kill(ctx: &Ctx) -> anyhow::Result<Report> {
         during > 0,
         "no shared hits while the master was down (other slots must keep serving)",
     );
-    let recovery = recovery_check(&result.records, healed, &mut failed);
-    let windows = vec![Window {
-        from: killed,
-        to: healed,
-        label: "master killed → failover".into(),
-    }];
     Ok(report(
         "node-kill",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        healed,
+        Window {
+            from: killed,
+            to: healed,
+            label: "master killed → failover".into(),
+        },
     ))
 }
 
@@ -349,19 +351,17 @@ fn new_addresses(ctx: &Ctx) -> anyhow::Result<Report> {
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
     let summary = base_checks(&result.records, &mut failed);
-    let recovery = recovery_check(&result.records, healthy, &mut failed);
-    let windows = vec![Window {
-        from: down,
-        to: healthy,
-        label: "outage → new addresses".into(),
-    }];
     Ok(report(
         "new-addresses",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        healthy,
+        Window {
+            from: down,
+            to: healthy,
+            label: "outage → new addresses".into(),
+        },
     ))
 }
 
@@ -390,20 +390,18 @@ fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
         shared_between(&result.records, hung, resumed) > 0,
         "no shared hits from the healthy masters during the hang",
     );
-    let recovery = recovery_check(&result.records, resumed, &mut failed);
     drop(setup);
-    let windows = vec![Window {
-        from: hung,
-        to: resumed,
-        label: "master 0 hung".into(),
-    }];
     Ok(report(
         "hung-node",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        resumed,
+        Window {
+            from: hung,
+            to: resumed,
+            label: "master 0 hung".into(),
+        },
     ))
 }
 
@@ -431,19 +429,17 @@ fn cold_start(ctx: &Ctx) -> anyhow::Result<Report> {
         shared_between(&result.records, 0.0, healthy - 0.5) == 0,
         "shared hits while the cluster was down?",
     );
-    let recovery = recovery_check(&result.records, healthy, &mut failed);
-    let windows = vec![Window {
-        from: 0.0,
-        to: healthy,
-        label: "cluster down".into(),
-    }];
     Ok(report(
         "cold-start",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        healthy,
+        Window {
+            from: 0.0,
+            to: healthy,
+            label: "cluster down".into(),
+        },
     ))
 }
 
@@ -494,19 +490,17 @@ fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
         bad == 0,
         format!("{bad} of the 5 hottest entries were not refilled"),
     );
-    let recovery = recovery_check(&result.records, to, &mut failed);
-    let windows = vec![Window {
-        from,
-        to: to.max(from + 0.2),
-        label: format!("corrupt ({deleted} deleted+refilled)"),
-    }];
     Ok(report(
         "corrupt-entries",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        to,
+        Window {
+            from,
+            to: to.max(from + 0.2),
+            label: format!("corrupt ({deleted} deleted+refilled)"),
+        },
     ))
 }
 
@@ -539,13 +533,18 @@ fn tls(ctx: &Ctx) -> anyhow::Result<Report> {
         shared_between(&result.records, killed, healthy) > 0,
         "no TLS shared hits from the other masters",
     );
-    let recovery = recovery_check(&result.records, healthy, &mut failed);
-    let windows = vec![Window {
-        from: killed,
-        to: healthy,
-        label: "TLS master down".into(),
-    }];
-    Ok(report("tls", result, failed, summary, recovery, windows))
+    Ok(report(
+        "tls",
+        result,
+        failed,
+        summary,
+        healthy,
+        Window {
+            from: killed,
+            to: healthy,
+            label: "TLS master down".into(),
+        },
+    ))
 }
 
 /// 7. A one-node cluster (Dragonfly's emulated cluster mode) restarted.
@@ -566,19 +565,17 @@ fn single_node(ctx: &Ctx) -> anyhow::Result<Report> {
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
     let summary = base_checks(&result.records, &mut failed);
-    let recovery = recovery_check(&result.records, healthy, &mut failed);
-    let windows = vec![Window {
-        from: killed,
-        to: healthy,
-        label: "single node down".into(),
-    }];
     Ok(report(
         "single-node",
         result,
         failed,
         summary,
-        recovery,
-        windows,
+        healthy,
+        Window {
+            from: killed,
+            to: healthy,
+            label: "single node down".into(),
+        },
     ))
 }
 
