@@ -34,6 +34,9 @@ pub enum Error {
     /// The decoder needed more memory than its limit.
     #[error("image needs more memory than the decoder limit")]
     LimitExceeded,
+    /// libjpeg-turbo was required (`MMCACHE_JPEG_DECODER=libjpeg-turbo`) and did not load.
+    #[error("libjpeg-turbo is not available: {0}")]
+    JpegDecoderUnavailable(String),
 }
 
 impl Error {
@@ -42,6 +45,7 @@ impl Error {
         match self {
             Self::TooManyPixels { .. } | Self::LimitExceeded => 413,
             Self::Empty | Self::Unsupported | Self::Invalid { .. } => 415,
+            Self::JpegDecoderUnavailable(_) => 500,
         }
     }
 

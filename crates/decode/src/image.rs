@@ -1,10 +1,12 @@
 //! Sniffing and bounded decoding to RGB8.
 
 use std::io::Cursor;
+use std::path::{Path, PathBuf};
 
 use image::{DynamicImage, ImageReader};
 
 use crate::error::{Error, Result};
+use crate::{jpeg, png, turbo};
 
 /// Default pixel limit: 100 megapixels.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
@@ -69,30 +71,222 @@ pub fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
     }
 }
 
-/// Limits applied to every decode.
+/// Which JPEG decoder decodes JPEG files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JpegDecoder {
+    /// libjpeg-turbo, loaded at run time: Pillow's pixels, byte for byte.
+    LibjpegTurbo,
+    /// The pure-Rust decoder (zune-jpeg through `image`): no system library needed, pixels
+    /// within a few levels of Pillow's (see docs/decoding.md).
+    PureRust,
+}
+
+impl JpegDecoder {
+    /// `libjpeg-turbo` or `pure-rust`, for metric labels and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LibjpegTurbo => "libjpeg-turbo",
+            Self::PureRust => "pure-rust",
+        }
+    }
+}
+
+/// How the JPEG decoder is chosen (`MMCACHE_JPEG_DECODER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum JpegDecoderChoice {
+    /// libjpeg-turbo when the library loads, else the pure-Rust decoder (the default).
+    #[default]
+    Auto,
+    /// libjpeg-turbo or a start-up error.
+    LibjpegTurbo,
+    /// Always the pure-Rust decoder.
+    PureRust,
+}
+
+impl std::str::FromStr for JpegDecoderChoice {
+    type Err = ();
+
+    /// `auto`, `libjpeg-turbo` or `pure-rust`.
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        match s.trim() {
+            "auto" => Ok(Self::Auto),
+            "libjpeg-turbo" => Ok(Self::LibjpegTurbo),
+            "pure-rust" => Ok(Self::PureRust),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The outcome of choosing a JPEG decoder: which one, and why when it is not the one asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JpegSelection {
+    /// The decoder in use.
+    pub decoder: JpegDecoder,
+    /// The libjpeg-turbo library loaded, when it is in use.
+    pub library: Option<PathBuf>,
+    /// Why `Auto` fell back to the pure-Rust decoder.
+    pub fallback_reason: Option<String>,
+}
+
+/// Chooses the JPEG decoder once, at start-up: loads libturbojpeg from `library` (or the
+/// usual names) unless the choice is [`JpegDecoderChoice::PureRust`].
+///
+/// # Errors
+///
+/// [`Error::JpegDecoderUnavailable`] when [`JpegDecoderChoice::LibjpegTurbo`] is asked and the
+/// library does not load.
+pub fn select_jpeg_decoder(
+    choice: JpegDecoderChoice,
+    library: Option<&Path>,
+) -> Result<JpegSelection> {
+    if choice == JpegDecoderChoice::PureRust {
+        return Ok(JpegSelection {
+            decoder: JpegDecoder::PureRust,
+            library: None,
+            fallback_reason: None,
+        });
+    }
+    match turbo::select(library) {
+        Ok(t) => Ok(JpegSelection {
+            decoder: JpegDecoder::LibjpegTurbo,
+            library: Some(t.path().to_owned()),
+            fallback_reason: None,
+        }),
+        Err(reason) if choice == JpegDecoderChoice::Auto => Ok(JpegSelection {
+            decoder: JpegDecoder::PureRust,
+            library: None,
+            fallback_reason: Some(reason),
+        }),
+        Err(reason) => Err(Error::JpegDecoderUnavailable(reason)),
+    }
+}
+
+/// Limits and choices applied to every decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DecodeLimits {
     /// Largest `width * height` accepted, checked from the header before decoding.
     /// Default [`DEFAULT_MAX_PIXELS`].
     pub max_pixels: u64,
+    /// The JPEG decoder. Default: libjpeg-turbo when it loads, else the pure-Rust one.
+    pub jpeg: JpegDecoder,
 }
 
 impl Default for DecodeLimits {
     fn default() -> Self {
         Self {
             max_pixels: DEFAULT_MAX_PIXELS,
+            jpeg: if turbo::active().is_some() {
+                JpegDecoder::LibjpegTurbo
+            } else {
+                JpegDecoder::PureRust
+            },
         }
     }
 }
 
 impl DecodeLimits {
-    /// Limits with the given pixel cap.
+    /// Default limits with the given pixel cap.
     pub fn with_max_pixels(max_pixels: u64) -> Self {
-        Self { max_pixels }
+        Self {
+            max_pixels,
+            ..Self::default()
+        }
+    }
+
+    /// These limits with another JPEG decoder.
+    pub fn with_jpeg_decoder(self, jpeg: JpegDecoder) -> Self {
+        Self { jpeg, ..self }
     }
 }
 
+/// What the headers of an image say, read before any pixel is decoded: enough to refuse it,
+/// or to reserve the memory its decode will hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Probe {
+    /// The sniffed format.
+    pub format: ImageFormat,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Bytes the decode may hold at its peak (output included), estimated from the headers.
+    pub memory_bytes: u64,
+    headers: Headers,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Headers {
+    Jpeg(jpeg::JpegHeader),
+    Png(png::PngHeader),
+    Other,
+}
+
+/// Reads the headers of `bytes` and checks them against `limits`, without decoding.
+///
+/// # Errors
+///
+/// [`Error::Empty`], [`Error::Unsupported`], [`Error::Invalid`] (corrupt, or truncated: the
+/// coded data cannot back the declared size), [`Error::TooManyPixels`].
+pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
+    if bytes.is_empty() {
+        return Err(Error::Empty);
+    }
+    let format = sniff(bytes).ok_or(Error::Unsupported)?;
+    let invalid = |reason: String| Error::Invalid {
+        format: format.as_str(),
+        reason,
+    };
+    let (width, height, headers, unbacked) = match format {
+        ImageFormat::Jpeg => {
+            let (h, unbacked) = jpeg::inspect(bytes).map_err(invalid)?;
+            (h.width, h.height, Headers::Jpeg(h), unbacked)
+        }
+        ImageFormat::Png => {
+            let (h, unbacked) = png::inspect(bytes).map_err(invalid)?;
+            (h.width, h.height, Headers::Png(h), unbacked)
+        }
+        ImageFormat::WebP | ImageFormat::Gif => {
+            let (w, h) = ImageReader::with_format(Cursor::new(bytes), format.to_image())
+                .into_dimensions()
+                .map_err(|e| invalid(e.to_string()))?;
+            (w, h, Headers::Other, None)
+        }
+    };
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels > limits.max_pixels {
+        return Err(Error::TooManyPixels {
+            width,
+            height,
+            limit: limits.max_pixels,
+        });
+    }
+    if pixels == 0 {
+        return Err(invalid("zero-sized image".into()));
+    }
+    if let Some(reason) = unbacked {
+        return Err(invalid(reason));
+    }
+    let memory_bytes = match headers {
+        Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => h.decode_bytes(),
+        Headers::Png(h) => h.decode_bytes(),
+        // `image` decodes to its own buffer (up to 4 bytes a pixel, 2 more a sample for a
+        // progressive JPEG's coefficients), then converts to RGB8.
+        Headers::Jpeg(h) => pixels * (7 + 2 * u64::from(h.components)) + (1 << 20),
+        Headers::Other => pixels * 7 + (1 << 20),
+    };
+    Ok(Probe {
+        format,
+        width,
+        height,
+        memory_bytes,
+        headers,
+    })
+}
 /// A decoded RGB8 image: `width * height * 3` bytes, row-major, no padding.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DecodedImage {
@@ -144,7 +338,7 @@ impl DecodedImage {
     }
 }
 
-/// Sniffs, checks the announced size against `limits`, then decodes to RGB8.
+/// Sniffs, checks the headers against `limits` ([`probe`]), then decodes to RGB8.
 ///
 /// # Errors
 ///
@@ -152,66 +346,61 @@ impl DecodedImage {
 /// [`Error::Invalid`] (corrupt or truncated), [`Error::TooManyPixels`] (refused from the
 /// header, before any pixel is decoded), [`Error::LimitExceeded`].
 pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedImage> {
-    if bytes.is_empty() {
-        return Err(Error::Empty);
-    }
-    let format = sniff(bytes).ok_or(Error::Unsupported)?;
-    let invalid = |e: image::ImageError| match e {
+    let probe = probe(bytes, limits)?;
+    decode_probed(bytes, &probe, limits)
+}
+
+/// Decodes `bytes` that [`probe`] accepted (with the same `limits`) to RGB8: the pixels of
+/// Pillow's `Image.open(b).convert("RGB")`.
+///
+/// # Errors
+///
+/// As [`decode`].
+pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Result<DecodedImage> {
+    let format = probe.format;
+    let invalid = |reason: String| Error::Invalid {
+        format: format.as_str(),
+        reason,
+    };
+    let pixels = match probe.headers {
+        Headers::Jpeg(_) if limits.jpeg == JpegDecoder::LibjpegTurbo => {
+            let turbo = turbo::active().ok_or_else(|| {
+                Error::JpegDecoderUnavailable("libjpeg-turbo is not loaded".into())
+            })?;
+            turbo
+                .decode_rgb(bytes, probe.width, probe.height)
+                .map_err(|e| match e {
+                    turbo::TurboError::Truncated(m) => invalid(format!("truncated: {m}")),
+                    turbo::TurboError::Invalid(m) => invalid(m),
+                })?
+        }
+        Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes).map_err(invalid)?,
+        _ => decode_with_image(bytes, probe)?,
+    };
+    Ok(DecodedImage {
+        width: probe.width,
+        height: probe.height,
+        format,
+        pixels,
+    })
+}
+
+/// The `image` crate's decoders (WebP, GIF, and JPEG through zune-jpeg), bounded by the
+/// probe's estimate.
+fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
+    let format = probe.format;
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format.to_image());
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_image_width = Some(probe.width);
+    decoder_limits.max_image_height = Some(probe.height);
+    decoder_limits.max_alloc = Some(probe.memory_bytes);
+    reader.limits(decoder_limits);
+    let decoded: DynamicImage = reader.decode().map_err(|e| match e {
         image::ImageError::Limits(_) => Error::LimitExceeded,
         other => Error::Invalid {
             format: format.as_str(),
             reason: other.to_string(),
         },
-    };
-
-    let (width, height) = ImageReader::with_format(Cursor::new(bytes), format.to_image())
-        .into_dimensions()
-        .map_err(invalid)?;
-    let pixels = u64::from(width) * u64::from(height);
-    if pixels > limits.max_pixels {
-        return Err(Error::TooManyPixels {
-            width,
-            height,
-            limit: limits.max_pixels,
-        });
-    }
-    if pixels == 0 {
-        return Err(Error::Invalid {
-            format: format.as_str(),
-            reason: "zero-sized image".into(),
-        });
-    }
-    if format == ImageFormat::Jpeg && !jpeg_has_end(bytes) {
-        // zune-jpeg pads a truncated scan with grey instead of failing; refuse it here.
-        return Err(Error::Invalid {
-            format: "jpeg",
-            reason: "truncated (no end of image)".into(),
-        });
-    }
-
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format.to_image());
-    let mut decoder_limits = image::Limits::default();
-    decoder_limits.max_image_width = Some(width);
-    decoder_limits.max_image_height = Some(height);
-    // Widest intermediate: 16-bit RGBA (8 bytes a pixel), plus slack for decoder tables.
-    decoder_limits.max_alloc = Some(pixels.saturating_mul(8).saturating_add(64 << 20));
-    reader.limits(decoder_limits);
-    let decoded: DynamicImage = reader.decode().map_err(invalid)?;
-    let rgb = decoded.into_rgb8(); // no copy when already RGB8
-    Ok(DecodedImage {
-        width,
-        height,
-        format,
-        pixels: rgb.into_raw(),
-    })
-}
-
-/// True when an end-of-image marker follows the last start-of-scan marker. Inside
-/// entropy-coded data every 0xFF is stuffed, so neither marker can appear by accident.
-fn jpeg_has_end(bytes: &[u8]) -> bool {
-    let last_sos = bytes.windows(2).rposition(|w| w == [0xff, 0xda]);
-    match last_sos {
-        Some(i) => bytes[i..].windows(2).any(|w| w == [0xff, 0xd9]),
-        None => false,
-    }
+    })?;
+    Ok(decoded.into_rgb8().into_raw()) // no copy when already RGB8
 }

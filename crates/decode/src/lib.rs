@@ -40,7 +40,10 @@
 
 mod error;
 mod image;
+mod jpeg;
 mod lru;
+mod png;
+mod turbo;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -48,7 +51,8 @@ use mmcache_scope::CacheIdentity;
 
 pub use crate::error::{Error, Result};
 pub use crate::image::{
-    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, decode, sniff,
+    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, JpegDecoder, JpegDecoderChoice,
+    JpegSelection, Probe, decode, decode_probed, probe, select_jpeg_decoder, sniff,
 };
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).

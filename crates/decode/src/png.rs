@@ -1,0 +1,159 @@
+//! PNG: a chunk walk that refuses what cannot be an image before any allocation, then a
+//! row-by-row decode straight into the RGB8 output, with Pillow's conversions.
+//!
+//! Rows go through one row buffer, so a 16-bit RGBA image costs its RGB8 output and no 8-byte
+//! per pixel intermediate. Text and ICC chunks are skipped unread: a few hundred kilobytes of
+//! zTXt or iCCP can otherwise inflate to hundreds of megabytes.
+
+use std::io::Cursor;
+
+use png::{BitDepth, ColorType, Transformations};
+
+/// What the chunks of a PNG say, before decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PngHeader {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+}
+
+impl PngHeader {
+    /// Peak bytes of the decode: the RGB8 output plus row buffers and the inflater's window.
+    pub(crate) fn decode_bytes(&self) -> u64 {
+        let pixels = u64::from(self.width) * u64::from(self.height);
+        pixels * 3 + u64::from(self.width) * 8 * 4 + (1 << 20)
+    }
+}
+
+/// Deflate cannot expand data by more than 1032:1 (a 258-byte match per 2 bits, at best).
+const MAX_DEFLATE_RATIO: u64 = 1032;
+
+/// Walks the chunks: IHDR first, every length inside the file, IDAT present and large enough
+/// to inflate to the rows IHDR declares. Checksums are left to the decoder.
+/// Like the JPEG walk, data that cannot back the header is reported beside it.
+pub(crate) fn inspect(bytes: &[u8]) -> Result<(PngHeader, Option<String>), String> {
+    let mut at = 8; // signature, already sniffed
+    let mut ihdr: Option<(u32, u32, u8, u8, u8)> = None;
+    let mut idat_bytes: u64 = 0;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let kind = &bytes[at + 4..at + 8];
+        let data_end = at + 8 + len;
+        if len > (1 << 31) || data_end + 4 > bytes.len() {
+            return Err(format!(
+                "truncated: chunk {} runs past the end",
+                String::from_utf8_lossy(kind)
+            ));
+        }
+        let data = &bytes[at + 8..data_end];
+        match kind {
+            b"IHDR" => {
+                if ihdr.is_some() || at != 8 || len != 13 {
+                    return Err("bad IHDR".into());
+                }
+                let w = u32::from_be_bytes(data[0..4].try_into().expect("4 bytes"));
+                let h = u32::from_be_bytes(data[4..8].try_into().expect("4 bytes"));
+                ihdr = Some((w, h, data[8], data[9], data[12]));
+            }
+            b"IDAT" => idat_bytes += len as u64,
+            b"IEND" => break,
+            _ => {}
+        }
+        at = data_end + 4;
+    }
+    let (width, height, depth, color, interlace) = ihdr.ok_or("no IHDR")?;
+    if width == 0 || height == 0 {
+        return Err("zero-sized image".into());
+    }
+    let channels: u64 = match color {
+        0 | 3 => 1,
+        2 => 3,
+        4 => 2,
+        6 => 4,
+        _ => return Err(format!("bad colour type {color}")),
+    };
+    if !matches!(depth, 1 | 2 | 4 | 8 | 16) {
+        return Err(format!("bad bit depth {depth}"));
+    }
+    // Bytes the rows inflate to, counting one filter byte a row (a non-interlaced lower bound
+    // for interlaced files too, whose passes add filter bytes).
+    let bits_per_pixel = channels * u64::from(depth);
+    let raw = u64::from(height) * (1 + (u64::from(width) * bits_per_pixel).div_ceil(8));
+    if interlace > 1 {
+        return Err(format!("bad interlace method {interlace}"));
+    }
+    let unbacked = (idat_bytes.saturating_mul(MAX_DEFLATE_RATIO) < raw).then(|| {
+        format!(
+            "truncated: {width}x{height} needs {raw} bytes of rows, {idat_bytes} compressed bytes cannot hold them"
+        )
+    });
+    Ok((PngHeader { width, height }, unbacked))
+}
+
+/// Decodes to RGB8 as Pillow's `Image.open(b).convert("RGB")` does: palettes and low bit
+/// depths expanded, alpha dropped (never composited), 16-bit samples reduced as Pillow reads
+/// them (the high byte for RGB, RGBA and grey+alpha; grey is clipped at 255, Pillow's `I;16`).
+pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Result<Vec<u8>, String> {
+    let limits = png::Limits {
+        bytes: usize::try_from(memory).unwrap_or(usize::MAX),
+    };
+    let mut decoder = png::Decoder::new_with_limits(Cursor::new(bytes), limits);
+    decoder.set_ignore_text_chunk(true);
+    decoder.set_ignore_iccp_chunk(true);
+    decoder.set_transformations(Transformations::EXPAND);
+    let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
+    let (width, height) = (header.width as usize, header.height as usize);
+    let source_color = reader.info().color_type;
+    let (color, depth) = reader.output_color_type();
+    let sample = match depth {
+        BitDepth::Sixteen => 2,
+        _ => 1,
+    };
+    let channels = color.samples();
+    // Pillow opens 16-bit grey as I;16 and converts it to RGB by clipping; tRNS may have
+    // added an alpha channel to it, which is dropped like any other.
+    let grey16_clip = source_color == ColorType::Grayscale && sample == 2;
+    let convert = |row: &[u8], out: &mut [u8]| {
+        for (px, rgb) in row
+            .chunks_exact(channels * sample)
+            .zip(out.chunks_exact_mut(3))
+        {
+            let at = |i: usize| px[i * sample]; // the high byte of a 16-bit sample
+            match channels {
+                1 | 2 if grey16_clip => {
+                    let v = if px[0] == 0 { px[1] } else { 255 };
+                    rgb.fill(v);
+                }
+                1 | 2 => rgb.fill(at(0)),
+                _ => {
+                    rgb[0] = at(0);
+                    rgb[1] = at(1);
+                    rgb[2] = at(2);
+                }
+            }
+        }
+    };
+    let mut out = vec![0u8; width * height * 3];
+    let mut pass_rgb = Vec::new();
+    let mut y = 0;
+    while let Some(row) = reader.next_interlaced_row().map_err(|e| e.to_string())? {
+        match row.interlace() {
+            png::InterlaceInfo::Null(_) => {
+                let line = out
+                    .get_mut(y * width * 3..(y + 1) * width * 3)
+                    .ok_or("more rows than declared")?;
+                convert(row.data(), line);
+                y += 1;
+            }
+            png::InterlaceInfo::Adam7(info) => {
+                let n = row.data().len() / (channels * sample);
+                pass_rgb.resize(n * 3, 0);
+                convert(row.data(), &mut pass_rgb);
+                png::expand_interlaced_row(&mut out, width * 3, &pass_rgb, info, 24);
+            }
+        }
+    }
+    if y != 0 && y != height {
+        return Err("truncated: fewer rows than declared".into());
+    }
+    Ok(out)
+}

@@ -1,0 +1,300 @@
+//! libjpeg-turbo, loaded at run time through its TurboJPEG API (`libturbojpeg.so.0`).
+//!
+//! Pillow decodes JPEG with libjpeg-turbo (ISLOW DCT, fancy upsampling); so does this path,
+//! with the same settings, which gives the same pixels byte for byte. The library is loaded
+//! once per process, as Dynamo's Rust front end does, so building needs no C toolchain and a
+//! host without it still decodes (with the pure-Rust decoder, said at start-up and in metrics).
+//! The TurboJPEG 2 entry points are used: libjpeg-turbo 2.x exports them and 3.x keeps them.
+
+// The crate's only unsafe code: calls into a C library through function pointers resolved
+// from it. Each call passes buffers whose sizes are checked just before.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+type Handle = *mut c_void;
+
+const TJPF_RGB: c_int = 0;
+const TJPF_CMYK: c_int = 11;
+const TJCS_CMYK: c_int = 3;
+const TJCS_YCCK: c_int = 4;
+const TJERR_WARNING: c_int = 0;
+/// Refuse progressive files with more than 500 scans (a CPU bomb; real files have ~10).
+const TJFLAG_LIMITSCANS: c_int = 32768;
+
+/// The library names tried, in order, when no path is configured.
+const NAMES: [&str; 4] = [
+    "libturbojpeg.so.0",
+    "libturbojpeg.so",
+    "libturbojpeg.0.dylib",
+    "libturbojpeg.dylib",
+];
+
+/// The resolved TurboJPEG entry points; the library stays loaded for the process' life.
+pub(crate) struct Turbo {
+    path: PathBuf,
+    init: unsafe extern "C" fn() -> Handle,
+    header: unsafe extern "C" fn(
+        Handle,
+        *const u8,
+        c_ulong,
+        *mut c_int,
+        *mut c_int,
+        *mut c_int,
+        *mut c_int,
+    ) -> c_int,
+    decompress: unsafe extern "C" fn(
+        Handle,
+        *const u8,
+        c_ulong,
+        *mut u8,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+    ) -> c_int,
+    error_str: unsafe extern "C" fn(Handle) -> *mut c_char,
+    error_code: unsafe extern "C" fn(Handle) -> c_int,
+    destroy: unsafe extern "C" fn(Handle) -> c_int,
+    _library: libloading::Library,
+}
+
+impl std::fmt::Debug for Turbo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turbo").field("path", &self.path).finish()
+    }
+}
+
+static DEFAULT: OnceLock<Result<&'static Turbo, String>> = OnceLock::new();
+
+/// The library from `path`, or else the first of the usual names found; loaded once.
+pub(crate) fn load(path: Option<&Path>) -> Result<&'static Turbo, String> {
+    match path {
+        // An explicit path is a deployment choice, made once at start-up: load it as asked.
+        Some(path) => open(path).map(|t| &*Box::leak(Box::new(t))),
+        None => DEFAULT
+            .get_or_init(|| {
+                let mut reasons = Vec::new();
+                for name in NAMES {
+                    match open(Path::new(name)) {
+                        Ok(t) => return Ok(&*Box::leak(Box::new(t))),
+                        Err(e) => reasons.push(e),
+                    }
+                }
+                Err(reasons.join("; "))
+            })
+            .clone(),
+    }
+}
+
+fn open(path: &Path) -> Result<Turbo, String> {
+    let fail = |e: libloading::Error| format!("{}: {e}", path.display());
+    // SAFETY: loading libturbojpeg runs its (trivial) initialisers; every symbol is then
+    // resolved with the signature turbojpeg.h gives it, and the library is never unloaded
+    // while the pointers live (it is owned by the same struct, which is leaked).
+    unsafe {
+        let library = libloading::Library::new(path.as_os_str()).map_err(fail)?;
+        Ok(Turbo {
+            path: path.to_owned(),
+            init: *library.get(b"tjInitDecompress\0").map_err(fail)?,
+            header: *library.get(b"tjDecompressHeader3\0").map_err(fail)?,
+            decompress: *library.get(b"tjDecompress2\0").map_err(fail)?,
+            error_str: *library.get(b"tjGetErrorStr2\0").map_err(fail)?,
+            error_code: *library.get(b"tjGetErrorCode\0").map_err(fail)?,
+            destroy: *library.get(b"tjDestroy\0").map_err(fail)?,
+            _library: library,
+        })
+    }
+}
+
+static SELECTED: OnceLock<&'static Turbo> = OnceLock::new();
+
+/// Makes the library from `path` (or the usual names) the one decodes use. The first library
+/// selected in a process stays selected.
+pub(crate) fn select(path: Option<&Path>) -> Result<&'static Turbo, String> {
+    if let Some(t) = SELECTED.get()
+        && path.is_none_or(|p| p == t.path())
+    {
+        return Ok(t);
+    }
+    let t = load(path)?;
+    Ok(SELECTED.get_or_init(|| t))
+}
+
+/// The selected library, else the usual names if one loads.
+pub(crate) fn active() -> Option<&'static Turbo> {
+    SELECTED.get().copied().or_else(|| load(None).ok())
+}
+
+/// Why libjpeg-turbo did not give an image.
+#[derive(Debug)]
+pub(crate) enum TurboError {
+    /// The data ends before the image does (a scan cut short, or no more data).
+    Truncated(String),
+    /// Anything else libjpeg-turbo refused.
+    Invalid(String),
+}
+
+/// A decompressor handle, destroyed on drop.
+struct Decompressor<'a> {
+    turbo: &'a Turbo,
+    handle: Handle,
+}
+
+impl Drop for Decompressor<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from tjInitDecompress and is destroyed once.
+        unsafe { (self.turbo.destroy)(self.handle) };
+    }
+}
+
+impl Decompressor<'_> {
+    fn message(&self) -> String {
+        // SAFETY: tjGetErrorStr2 returns a NUL-terminated string owned by the handle, valid
+        // until the next call on it; it is copied at once.
+        unsafe {
+            let p = (self.turbo.error_str)(self.handle);
+            if p.is_null() {
+                "unknown libjpeg-turbo error".into()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        }
+    }
+}
+
+impl Turbo {
+    /// Where the library was loaded from.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Decodes `bytes` (already inspected: `width` x `height`) to RGB8 as Pillow's
+    /// `Image.open(b).convert("RGB")` does: YCbCr, RGB and grey through libjpeg-turbo's own
+    /// conversion; CMYK and YCCK as libjpeg-turbo's CMYK, read Adobe-inverted and converted
+    /// with Pillow's formula.
+    pub(crate) fn decode_rgb(
+        &self,
+        bytes: &[u8],
+        width: u32,
+        height: u32,
+    ) -> Result<Vec<u8>, TurboError> {
+        let size = c_ulong::try_from(bytes.len())
+            .map_err(|_| TurboError::Invalid("file too large".into()))?;
+        // SAFETY: tjInitDecompress has no preconditions; a null handle is checked.
+        let handle = unsafe { (self.init)() };
+        if handle.is_null() {
+            return Err(TurboError::Invalid("libjpeg-turbo: no decompressor".into()));
+        }
+        let d = Decompressor {
+            turbo: self,
+            handle,
+        };
+        let (mut w, mut h, mut subsamp, mut colorspace) = (0, 0, 0, 0);
+        // SAFETY: the buffer and its length describe `bytes`; the out-pointers are locals.
+        let rc = unsafe {
+            (self.header)(
+                d.handle,
+                bytes.as_ptr(),
+                size,
+                &mut w,
+                &mut h,
+                &mut subsamp,
+                &mut colorspace,
+            )
+        };
+        if rc != 0 {
+            return Err(TurboError::Invalid(d.message()));
+        }
+        if (w, h) != (width as c_int, height as c_int) {
+            return Err(TurboError::Invalid(format!(
+                "libjpeg-turbo reads {w}x{h}, the headers say {width}x{height}"
+            )));
+        }
+        let cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+        let channels: usize = if cmyk { 4 } else { 3 };
+        let pixels = width as usize * height as usize;
+        let pitch = width as usize * channels;
+        let mut out = vec![0u8; pixels * channels];
+        let format = if cmyk { TJPF_CMYK } else { TJPF_RGB };
+        // SAFETY: `out` holds exactly pitch * height bytes, which is what tjDecompress2
+        // writes for this width, pitch, height and pixel format.
+        let rc = unsafe {
+            (self.decompress)(
+                d.handle,
+                bytes.as_ptr(),
+                size,
+                out.as_mut_ptr(),
+                w,
+                pitch as c_int,
+                h,
+                format,
+                TJFLAG_LIMITSCANS,
+            )
+        };
+        if rc != 0 {
+            let message = d.message();
+            // SAFETY: a valid handle.
+            let code = unsafe { (self.error_code)(d.handle) };
+            if code != TJERR_WARNING {
+                return Err(TurboError::Invalid(message));
+            }
+            // Pillow keeps images with "extraneous bytes" and similar warnings; a scan that
+            // ran out of data is padded with grey by libjpeg, and that we refuse.
+            if message.to_ascii_lowercase().contains("premature end") {
+                return Err(TurboError::Truncated(message));
+            }
+        }
+        if cmyk {
+            cmyk_to_rgb_in_place(&mut out);
+        }
+        Ok(out)
+    }
+}
+
+/// Pillow's CMYK JPEG path: the samples are read Adobe-inverted (`CMYK;I`), then converted with
+/// `cmyk2rgb`: `nk = 255 - k; out = clip(nk - muldiv255(c, nk))`. Works in place, 4 → 3 bytes.
+fn cmyk_to_rgb_in_place(buf: &mut Vec<u8>) {
+    fn muldiv255(a: i32, b: i32) -> i32 {
+        let t = a * b + 128;
+        ((t >> 8) + t) >> 8
+    }
+    let pixels = buf.len() / 4;
+    for i in 0..pixels {
+        let s = i * 4;
+        let (c, m, y) = (
+            255 - buf[s] as i32,
+            255 - buf[s + 1] as i32,
+            255 - buf[s + 2] as i32,
+        );
+        let nk = buf[s + 3] as i32; // 255 - inverted k
+        let d = i * 3; // d <= s: writing never overtakes reading
+        buf[d] = (nk - muldiv255(c, nk)).clamp(0, 255) as u8;
+        buf[d + 1] = (nk - muldiv255(m, nk)).clamp(0, 255) as u8;
+        buf[d + 2] = (nk - muldiv255(y, nk)).clamp(0, 255) as u8;
+    }
+    buf.truncate(pixels * 3);
+    buf.shrink_to_fit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmyk_conversion_follows_pillow() {
+        // Raw (inverted) samples: 255 means no ink.
+        let mut b = vec![
+            255, 255, 255, 255, 0, 0, 0, 0, 255, 0, 255, 255, 200, 100, 50, 128,
+        ];
+        cmyk_to_rgb_in_place(&mut b);
+        // No ink → white; full ink everywhere → black; magenta ink → (255, 0, 255).
+        assert_eq!(&b[..9], &[255, 255, 255, 0, 0, 0, 255, 0, 255]);
+        // c = 55, m = 155, y = 205, nk = 128: 128 - round(55*128/255) = 128 - 28 = 100, ...
+        assert_eq!(&b[9..], &[100, 50, 25]);
+        assert_eq!(b.len(), 12);
+    }
+}
