@@ -210,32 +210,9 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
 mod tests {
     use super::*;
 
-    /// The 146-byte kind of file: a baseline 10000x10000 frame whose scan is empty.
-    fn empty_scan_jpeg(width: u16, height: u16) -> Vec<u8> {
-        let mut b = vec![0xff, 0xd8];
-        // DQT: one table of ones.
-        b.extend_from_slice(&[0xff, 0xdb, 0x00, 0x43, 0x00]);
-        b.extend_from_slice(&[1u8; 64]);
-        // SOF0: 8-bit, 1 component, 1x1 sampling, table 0.
-        b.extend_from_slice(&[0xff, 0xc0, 0x00, 0x0b, 0x08]);
-        b.extend_from_slice(&height.to_be_bytes());
-        b.extend_from_slice(&width.to_be_bytes());
-        b.extend_from_slice(&[0x01, 0x01, 0x11, 0x00]);
-        // DHT: DC table 0 and AC table 0, each with one 1-bit code for symbol 0.
-        for class in [0x00, 0x10] {
-            b.extend_from_slice(&[0xff, 0xc4, 0x00, 0x14, class, 1]);
-            b.extend_from_slice(&[0u8; 15]);
-            b.push(0);
-        }
-        // SOS, no data, EOI.
-        b.extend_from_slice(&[0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3f, 0x00]);
-        b.extend_from_slice(&[0xff, 0xd9]);
-        b
-    }
-
     #[test]
     fn an_empty_scan_cannot_back_a_large_frame() {
-        let bytes = empty_scan_jpeg(10_000, 10_000);
+        let bytes = mmcache_test_support::images::jpeg_empty_scan(10_000, 10_000);
         let (header, unbacked) = inspect(&bytes).unwrap();
         assert_eq!((header.width, header.height), (10_000, 10_000));
         assert!(unbacked.unwrap().starts_with("truncated"));

@@ -142,3 +142,43 @@ fn deterministic_fuzz_never_panics() {
         }
     }
 }
+
+#[test]
+fn a_progressive_jpeg_with_a_component_never_coded_is_truncated() {
+    // SOF2 (progressive) with three components, then one DC scan of the first component only.
+    let real = images::jpeg(64, 64, 1);
+    let (sof, _) = real
+        .windows(2)
+        .enumerate()
+        .find(|(_, w)| *w == [0xff, 0xc0])
+        .expect("SOF0");
+    let mut progressive = real.clone();
+    progressive[sof + 1] = 0xc2;
+    // Rewrite the scan header to name only component 1 with Ss=0, Se=0 (a DC scan).
+    let sos = progressive
+        .windows(2)
+        .position(|w| w == [0xff, 0xda])
+        .expect("SOS");
+    let data_start = sos
+        + 2
+        + usize::from(u16::from_be_bytes([
+            progressive[sos + 2],
+            progressive[sos + 3],
+        ]));
+    let mut out = progressive[..sos].to_vec();
+    out.extend_from_slice(&[
+        0xff,
+        0xda,
+        0x00,
+        0x08,
+        0x01,
+        progressive[sos + 5],
+        0x00,
+        0x00,
+        0x00,
+        0x00,
+    ]);
+    out.extend_from_slice(&progressive[data_start..]);
+    let err = decode(&out, &limits()).unwrap_err();
+    assert!(err.to_string().contains("never coded"), "{err}");
+}

@@ -102,3 +102,154 @@ pub fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
     });
     encode(&DynamicImage::ImageRgb8(img), ImageFormat::Png)
 }
+
+/// A zlib stream that inflates to `len` zero bytes: one literal, then back-references of 258
+/// bytes at distance 1 in fixed-Huffman blocks (13 bits each, about 1:160). The stuff of
+/// decompression bombs, small to store and costly to inflate.
+pub fn zlib_zeros(len: u64) -> Vec<u8> {
+    struct Bits {
+        out: Vec<u8>,
+        acc: u64,
+        n: u32,
+    }
+    impl Bits {
+        // Deflate packs values LSB first; Huffman codes go MSB first, so they are reversed.
+        fn put(&mut self, value: u64, count: u32) {
+            self.acc |= value << self.n;
+            self.n += count;
+            while self.n >= 8 {
+                self.out.push(self.acc as u8);
+                self.acc >>= 8;
+                self.n -= 8;
+            }
+        }
+        fn code(&mut self, code: u64, count: u32) {
+            let reversed = code.reverse_bits() >> (64 - count);
+            self.put(reversed, count);
+        }
+    }
+    assert!(len >= 1);
+    let mut b = Bits {
+        out: vec![0x78, 0x01],
+        acc: 0,
+        n: 0,
+    };
+    b.put(1, 1); // final block
+    b.put(1, 2); // fixed Huffman
+    b.code(0b0011_0000, 8); // literal 0
+    let mut left = len - 1;
+    while left > 0 {
+        // A match takes 3..=258 bytes; split the tail so no piece is under 3.
+        let take = if left > 258 && left < 261 {
+            left - 3
+        } else {
+            left.min(258)
+        };
+        if take < 3 {
+            for _ in 0..take {
+                b.code(0b0011_0000, 8);
+            }
+        } else {
+            put_length(&mut b, take);
+            b.code(0, 5); // distance code 0: distance 1
+        }
+        left -= take;
+    }
+    b.code(0, 7); // end of block (symbol 256)
+    if b.n > 0 {
+        b.put(0, 8 - b.n);
+    }
+    // Adler-32 of `len` zeros: a = 1, b = len mod 65521.
+    let adler = ((len % 65521) << 16) | 1;
+    b.out.extend_from_slice(&(adler as u32).to_be_bytes());
+    return b.out;
+
+    fn put_length(b: &mut Bits, len: u64) {
+        // Length symbols 257..=285 with their base lengths and extra bits (RFC 1951 3.2.5).
+        const BASE: [u64; 29] = [
+            3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99,
+            115, 131, 163, 195, 227, 258,
+        ];
+        const EXTRA: [u32; 29] = [
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+        ];
+        let i = BASE
+            .iter()
+            .rposition(|&base| base <= len)
+            .expect("len >= 3");
+        let symbol = 257 + i as u64;
+        // Fixed codes: 256..=279 are 7 bits from 0; 280..=287 are 8 bits from 0b1100_0000.
+        if symbol <= 279 {
+            b.code(symbol - 256, 7);
+        } else {
+            b.code(0b1100_0000 + (symbol - 280), 8);
+        }
+        b.put(len - BASE[i], EXTRA[i]);
+    }
+}
+
+/// A PNG whose rows are all zero, with IDAT a [`zlib_zeros`] stream: a real image of any
+/// declared size in a file about 160 times smaller than its rows. `depth` 8 or 16,
+/// `color` a PNG colour type (2 RGB, 6 RGBA, ...). `extra` chunks go before IDAT.
+pub fn zero_png(
+    width: u32,
+    height: u32,
+    depth: u8,
+    color: u8,
+    extra: &[(&[u8; 4], Vec<u8>)],
+) -> Vec<u8> {
+    let channels: u64 = match color {
+        0 | 3 => 1,
+        4 => 2,
+        2 => 3,
+        _ => 4,
+    };
+    let row = 1 + (u64::from(width) * channels * u64::from(depth)).div_ceil(8);
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[depth, color, 0, 0, 0]);
+    push_chunk(&mut out, b"IHDR", &ihdr);
+    for (kind, data) in extra {
+        push_chunk(&mut out, kind, data);
+    }
+    push_chunk(&mut out, b"IDAT", &zlib_zeros(row * u64::from(height)));
+    push_chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+/// An iCCP chunk body whose profile inflates to `len` bytes of zeros.
+pub fn iccp_bomb(len: u64) -> Vec<u8> {
+    let mut data = b"bomb\0\0".to_vec(); // name, NUL, compression method 0
+    data.extend_from_slice(&zlib_zeros(len));
+    data
+}
+
+/// A zTXt chunk body whose text inflates to `len` bytes.
+pub fn ztxt_bomb(len: u64) -> Vec<u8> {
+    let mut data = b"Comment\0\0".to_vec();
+    data.extend_from_slice(&zlib_zeros(len));
+    data
+}
+
+/// A baseline JPEG declaring `width`×`height` (one grey component) whose scan holds no data:
+/// a few hundred bytes that a lenient decoder turns into a full-size grey image.
+pub fn jpeg_empty_scan(width: u16, height: u16) -> Vec<u8> {
+    let mut b = vec![0xff, 0xd8];
+    b.extend_from_slice(&[0xff, 0xdb, 0x00, 0x43, 0x00]); // DQT: one table of ones
+    b.extend_from_slice(&[1u8; 64]);
+    b.extend_from_slice(&[0xff, 0xc0, 0x00, 0x0b, 0x08]); // SOF0, 8-bit
+    b.extend_from_slice(&height.to_be_bytes());
+    b.extend_from_slice(&width.to_be_bytes());
+    b.extend_from_slice(&[0x01, 0x01, 0x11, 0x00]); // one component, 1x1, table 0
+    for class in [0x00, 0x10] {
+        // DHT: one 1-bit code for symbol 0 (DC table 0, then AC table 0).
+        b.extend_from_slice(&[0xff, 0xc4, 0x00, 0x14, class, 1]);
+        b.extend_from_slice(&[0u8; 15]);
+        b.push(0);
+    }
+    b.extend_from_slice(&[0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3f, 0x00]);
+    b.extend_from_slice(&[0xff, 0xd9]);
+    b
+}

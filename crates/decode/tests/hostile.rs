@@ -1,0 +1,136 @@
+//! Hostile images, byte for byte: each is refused (or decoded) while the memory the process
+//! allocates stays small and fixed. A counting allocator measures the peak of live bytes
+//! during each decode, so "never allocates the full buffer" is asserted, not assumed.
+
+// The one unsafe block: a GlobalAlloc that forwards to the system allocator and counts.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mmcache_decode::{DecodeLimits, Error, ImageFormat, decode, probe};
+use mmcache_test_support::images;
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call forwards to `System` with the caller's layout; the counters only watch.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MIB: usize = 1 << 20;
+
+/// Runs `f` and returns its result with the peak of bytes allocated on top of what was live.
+fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let out = f();
+    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
+}
+
+fn assert_truncated(result: Result<mmcache_decode::DecodedImage, Error>, what: &str) {
+    match result {
+        Err(e @ Error::Invalid { .. }) => {
+            assert_eq!(e.http_status(), 415, "{what}");
+            assert!(e.to_string().contains("truncated"), "{what}: {e}");
+        }
+        other => panic!("{what}: expected a truncated refusal, got {other:?}"),
+    }
+}
+
+// One test: the allocator counts the whole process, so the cases must not overlap.
+#[test]
+fn hostile_images_cost_little() {
+    let limits = DecodeLimits::default();
+
+    // A baseline 10000x10000 JPEG whose scan is empty: 300 MB of grey for a lenient decoder.
+    let jpeg = images::jpeg_empty_scan(10_000, 10_000);
+    assert!(jpeg.len() < 200, "{} bytes", jpeg.len());
+    let (result, peak) = peak_during(|| decode(&jpeg, &limits));
+    assert_truncated(result, "empty-scan JPEG");
+    assert!(peak < MIB, "empty-scan JPEG: {peak} bytes allocated");
+
+    // A real JPEG cut inside its scan: no end of image.
+    let real = images::jpeg(640, 480, 9);
+    let sos = real
+        .windows(2)
+        .rposition(|w| w == [0xff, 0xda])
+        .expect("a scan");
+    let cut = &real[..sos + (real.len() - sos) / 2];
+    let (result, peak) = peak_during(|| decode(cut, &limits));
+    assert!(result.is_err(), "cut JPEG decoded");
+    assert!(peak < MIB, "cut JPEG: {peak} bytes allocated");
+
+    // The same, with an end-of-image marker glued on: the scan still runs out of data.
+    let mut glued = cut.to_vec();
+    glued.extend_from_slice(&[0xff, 0xd9]);
+    assert_truncated(decode(&glued, &limits), "cut JPEG with EOI");
+
+    // A 10000x10000 PNG with eight bytes of IDAT: its rows cannot come out of them.
+    let png = images::png_header_claiming(10_000, 10_000);
+    let (result, peak) = peak_during(|| decode(&png, &limits));
+    assert_truncated(result, "IDAT-starved PNG");
+    assert!(peak < MIB, "IDAT-starved PNG: {peak} bytes allocated");
+
+    // A 1x1 PNG carrying a 256 MiB iCCP profile and a 256 MiB zTXt: both skipped unread.
+    let bombs = images::zero_png(
+        1,
+        1,
+        8,
+        2,
+        &[
+            (b"iCCP", images::iccp_bomb(256 << 20)),
+            (b"zTXt", images::ztxt_bomb(256 << 20)),
+        ],
+    );
+    let (result, peak) = peak_during(|| decode(&bombs, &limits));
+    let image = result.expect("the 1x1 image itself is fine");
+    assert_eq!(image.pixels(), &[0, 0, 0]);
+    assert!(peak < 4 * MIB, "ancillary bombs: {peak} bytes allocated");
+
+    // A real 16-bit RGBA 4000x3000 image in about a megabyte: decoded straight to RGB8, so it
+    // costs its 36 MB output and rows, never a 96 MB 16-bit buffer on top.
+    let deep = images::zero_png(4000, 3000, 16, 6, &[]);
+    let p = probe(&deep, &limits).expect("probe");
+    assert_eq!(
+        (p.format, p.width, p.height),
+        (ImageFormat::Png, 4000, 3000)
+    );
+    let out = 4000 * 3000 * 3;
+    assert!(p.memory_bytes >= out as u64 && p.memory_bytes < (out + 4 * MIB) as u64);
+    let (result, peak) = peak_during(|| decode(&deep, &limits));
+    assert_eq!(result.expect("decodes").byte_len(), out);
+    assert!(
+        peak < out + 4 * MIB,
+        "16-bit PNG: {peak} bytes allocated for {out} of output"
+    );
+    assert!(
+        peak <= p.memory_bytes as usize,
+        "the probe's estimate must cover the decode"
+    );
+}
