@@ -49,6 +49,13 @@ impl Error {
         }
     }
 
+    /// True when the bytes are not a valid image of a supported format (empty, unsupported,
+    /// corrupt or truncated): what a cache may delete. Limits are not: other workers may have
+    /// other limits.
+    pub fn is_not_an_image(&self) -> bool {
+        matches!(self, Self::Empty | Self::Unsupported | Self::Invalid { .. })
+    }
+
     /// True for the pixel and memory limits.
     pub fn is_too_large(&self) -> bool {
         matches!(self, Self::TooManyPixels { .. } | Self::LimitExceeded)

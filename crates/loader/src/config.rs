@@ -3,7 +3,19 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+
+use mmcache_decode::JpegDecoderChoice;
+
 use crate::error::ConfigError;
+
+/// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images
+/// the default pixel limit lets through (a 100 MP progressive JPEG holds about 1 GB).
+pub const DEFAULT_DECODE_MEMORY_BYTES: u64 = 2 << 30;
+/// Default of [`Config::decode_wait`].
+pub const DEFAULT_DECODE_WAIT: Duration = Duration::from_secs(30);
+/// Upper bound of [`Config::decode_wait`].
+const MAX_DECODE_WAIT: Duration = Duration::from_secs(3600);
 
 /// Environment variable names.
 pub mod env {
@@ -27,6 +39,17 @@ pub mod env {
     pub const IMAGE_CACHE_SIZE: &str = "DYN_MM_IMAGE_CACHE_SIZE";
     /// Byte budget of the decoded-image cache, integer >= 0. Default 1 GiB.
     pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";
+    /// `auto` (libjpeg-turbo when it loads, else pure Rust), `libjpeg-turbo` (or a start-up
+    /// error) or `pure-rust`. Default `auto`.
+    pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
+    /// Path of libturbojpeg to load. Default: `libturbojpeg.so.0`, then the other usual names.
+    pub const LIBTURBOJPEG: &str = "MMCACHE_LIBTURBOJPEG";
+    /// Bytes all running decodes may hold together, integer > 0. Default 2 GiB.
+    pub const DECODE_MEMORY_BYTES: &str = "MMCACHE_DECODE_MEMORY_BYTES";
+    /// Decodes running at once, integer > 0. Default: the number of CPUs.
+    pub const DECODE_CONCURRENCY: &str = "MMCACHE_DECODE_CONCURRENCY";
+    /// Longest wait for the decode budget, in seconds, > 0 and <= 3600. Default 30.
+    pub const DECODE_WAIT_SECS: &str = "MMCACHE_DECODE_WAIT_SECS";
     /// Pixel limit of one image, integer > 0. Default 100 000 000.
     pub const MAX_PIXELS: &str = "MMCACHE_MAX_PIXELS";
     /// Origin connect timeout in seconds, finite, > 0. Default 5.
@@ -182,6 +205,16 @@ pub struct Config {
     pub decoded_cache_entries: Option<usize>,
     /// Pixel limit of one image. Default 100 MP.
     pub max_pixels: u64,
+    /// How the JPEG decoder is chosen. Default [`JpegDecoderChoice::Auto`].
+    pub jpeg_decoder: JpegDecoderChoice,
+    /// Path of libturbojpeg; default: the usual names.
+    pub libturbojpeg: Option<PathBuf>,
+    /// Bytes all running decodes may hold together. Default 2 GiB.
+    pub decode_memory_bytes: u64,
+    /// Decodes running at once. Default: the number of CPUs.
+    pub decode_concurrency: usize,
+    /// Longest wait for the decode budget. Default 30 s.
+    pub decode_wait: Duration,
     /// Origin connect timeout. Default 5 s.
     pub origin_connect_timeout: Duration,
     /// Origin overall deadline. Default 30 s.
@@ -198,6 +231,11 @@ impl Default for Config {
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
             decoded_cache_entries: None,
             max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
+            jpeg_decoder: JpegDecoderChoice::Auto,
+            libturbojpeg: None,
+            decode_memory_bytes: DEFAULT_DECODE_MEMORY_BYTES,
+            decode_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            decode_wait: DEFAULT_DECODE_WAIT,
             origin_connect_timeout: mmcache_origin::DEFAULT_CONNECT_TIMEOUT,
             origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
         }
@@ -296,6 +334,29 @@ impl Config {
         if let Some(v) = get(env::MAX_PIXELS) {
             c.max_pixels = parse_positive_int(env::MAX_PIXELS, &v)?;
         }
+        if let Some(v) = get(env::JPEG_DECODER) {
+            c.jpeg_decoder = v.parse().map_err(|()| {
+                ConfigError::invalid(env::JPEG_DECODER, &v, "auto, libjpeg-turbo or pure-rust")
+            })?;
+        }
+        c.libturbojpeg = get(env::LIBTURBOJPEG).map(|v| PathBuf::from(v.trim()));
+        if let Some(v) = get(env::DECODE_MEMORY_BYTES) {
+            c.decode_memory_bytes = parse_positive_int(env::DECODE_MEMORY_BYTES, &v)?;
+        }
+        if let Some(v) = get(env::DECODE_CONCURRENCY) {
+            let n = parse_positive_int(env::DECODE_CONCURRENCY, &v)?;
+            c.decode_concurrency = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = get(env::DECODE_WAIT_SECS) {
+            c.decode_wait = parse_secs(env::DECODE_WAIT_SECS, &v)?;
+            if c.decode_wait > MAX_DECODE_WAIT {
+                return Err(ConfigError::invalid(
+                    env::DECODE_WAIT_SECS,
+                    &v,
+                    "a number of seconds > 0 and <= 3600",
+                ));
+            }
+        }
         if let Some(v) = get(env::ORIGIN_CONNECT_TIMEOUT_SECS) {
             c.origin_connect_timeout = parse_secs(env::ORIGIN_CONNECT_TIMEOUT_SECS, &v)?;
         }
@@ -339,6 +400,27 @@ impl Config {
         }
         if self.max_pixels == 0 {
             return Err(ConfigError::invalid(env::MAX_PIXELS, "0", "an integer > 0"));
+        }
+        if self.decode_memory_bytes == 0 {
+            return Err(ConfigError::invalid(
+                env::DECODE_MEMORY_BYTES,
+                "0",
+                "an integer > 0",
+            ));
+        }
+        if self.decode_concurrency == 0 {
+            return Err(ConfigError::invalid(
+                env::DECODE_CONCURRENCY,
+                "0",
+                "an integer > 0",
+            ));
+        }
+        if self.decode_wait.is_zero() || self.decode_wait > MAX_DECODE_WAIT {
+            return Err(ConfigError::invalid(
+                env::DECODE_WAIT_SECS,
+                &format!("{:?}", self.decode_wait),
+                "a number of seconds > 0 and <= 3600",
+            ));
         }
         if self.shared.enabled && self.shared.url.is_none() {
             return Err(ConfigError::MissingCacheUrl);
@@ -416,6 +498,9 @@ mod tests {
         assert_eq!(c.max_file_size_bytes, 64 << 20);
         assert!(!c.session_scoped && !c.allow_internal);
         assert_eq!(c.decoded_cache_entries, None);
+        assert_eq!(c.jpeg_decoder, JpegDecoderChoice::Auto);
+        assert_eq!(c.decode_memory_bytes, 2 << 30);
+        assert_eq!(c.decode_wait, Duration::from_secs(30));
         assert_eq!(c, Config::default());
     }
 
@@ -557,5 +642,35 @@ mod tests {
         let long = "x".repeat(10_000);
         let err = with(&[(env::MAX_PIXELS, &long)]).unwrap_err();
         assert!(err.to_string().len() < 300);
+    }
+
+    #[test]
+    fn decode_settings_are_read_and_checked() {
+        let c = with(&[
+            (env::JPEG_DECODER, "pure-rust"),
+            (env::DECODE_MEMORY_BYTES, "1048576"),
+            (env::DECODE_CONCURRENCY, "3"),
+            (env::DECODE_WAIT_SECS, "1.5"),
+            (env::LIBTURBOJPEG, "/opt/lib/libturbojpeg.so.0"),
+        ])
+        .unwrap();
+        assert_eq!(c.jpeg_decoder, JpegDecoderChoice::PureRust);
+        assert_eq!(c.decode_memory_bytes, 1 << 20);
+        assert_eq!(c.decode_concurrency, 3);
+        assert_eq!(c.decode_wait, Duration::from_millis(1500));
+        assert_eq!(
+            c.libturbojpeg.as_deref(),
+            Some(std::path::Path::new("/opt/lib/libturbojpeg.so.0"))
+        );
+        for (name, value) in [
+            (env::JPEG_DECODER, "turbo"),
+            (env::DECODE_MEMORY_BYTES, "0"),
+            (env::DECODE_CONCURRENCY, "-1"),
+            (env::DECODE_WAIT_SECS, "3601"),
+            (env::DECODE_WAIT_SECS, "1e19"),
+        ] {
+            let err = with(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains(value), "{err}");
+        }
     }
 }

@@ -39,6 +39,9 @@ pub enum ConfigError {
         /// The I/O error.
         reason: String,
     },
+    /// `MMCACHE_JPEG_DECODER=libjpeg-turbo` and libturbojpeg did not load.
+    #[error("MMCACHE_JPEG_DECODER=libjpeg-turbo: {0}")]
+    JpegDecoder(String),
     /// The HTTP client could not be built.
     #[error("origin client: {0}")]
     Origin(String),
@@ -95,6 +98,21 @@ pub enum Error {
     /// Several loads of a batch failed; none of them with an origin status or a policy error.
     #[error("{} of the batch's loads failed: {}", .0.len(), summary(.0))]
     Batch(Arc<[(usize, Error)]>),
+    /// The image needs more memory to decode than the whole decode budget
+    /// (`MMCACHE_DECODE_MEMORY_BYTES`), estimated from its headers; nothing was allocated.
+    #[error("image needs about {} MiB to decode, more than the decode budget of {} MiB", .needed >> 20, .budget >> 20)]
+    OverDecodeBudget {
+        /// Estimated bytes.
+        needed: u64,
+        /// The budget.
+        budget: u64,
+    },
+    /// Other decodes held the decode budget for the whole wait (`MMCACHE_DECODE_WAIT_SECS`).
+    #[error("decoder busy: no decode budget freed within {waited:?}")]
+    DecodeBusy {
+        /// How long the load waited.
+        waited: std::time::Duration,
+    },
     /// The load task died (a bug): reported, never cached.
     #[error("internal error: {0}")]
     Internal(String),
@@ -120,6 +138,8 @@ impl Error {
             Self::DataUrl(DataUrlError::NotImage) => 415,
             Self::DataUrl(_) => 400,
             Self::Batch(failures) => failures.first().map_or(500, |(_, e)| e.http_status()),
+            Self::OverDecodeBudget { .. } => 413,
+            Self::DecodeBusy { .. } => 503,
             Self::Internal(_) => 500,
         }
     }
@@ -134,7 +154,7 @@ impl Error {
         match self {
             Self::Origin(e) => e.is_too_large(),
             Self::Decode(e) => e.is_too_large(),
-            Self::DataUrl(DataUrlError::TooLarge { .. }) => true,
+            Self::DataUrl(DataUrlError::TooLarge { .. }) | Self::OverDecodeBudget { .. } => true,
             _ => false,
         }
     }

@@ -45,6 +45,7 @@
 //!
 //! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
 
+mod budget;
 mod config;
 mod data_url;
 mod error;
@@ -61,7 +62,12 @@ use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, SharedCacheConfig};
 use tokio::sync::watch;
 
-pub use crate::config::{Config, LeaseSettings, SharedCacheSettings, env};
+use crate::budget::DecodeBudget;
+
+pub use crate::config::{
+    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, LeaseSettings, SharedCacheSettings,
+    env,
+};
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use mmcache_decode::{self as decode, DecodedImage as Image};
 pub use mmcache_origin as origin;
@@ -118,6 +124,7 @@ struct Inner {
     shared: Option<SharedCache>,
     decoded: DecodedCache,
     limits: DecodeLimits,
+    budget: DecodeBudget,
     inflight: DashMap<[u8; 32], InflightSlot>,
     memory_hits: ::metrics::Counter,
 }
@@ -277,6 +284,36 @@ impl LoaderBuilder {
         self
     }
 
+    /// How the JPEG decoder is chosen (`MMCACHE_JPEG_DECODER`).
+    pub fn jpeg_decoder(mut self, choice: mmcache_decode::JpegDecoderChoice) -> Self {
+        self.config.jpeg_decoder = choice;
+        self
+    }
+
+    /// Path of libturbojpeg to load (`MMCACHE_LIBTURBOJPEG`).
+    pub fn libturbojpeg(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.libturbojpeg = Some(path.into());
+        self
+    }
+
+    /// Bytes all running decodes may hold together (`MMCACHE_DECODE_MEMORY_BYTES`).
+    pub fn decode_memory_bytes(mut self, bytes: u64) -> Self {
+        self.config.decode_memory_bytes = bytes;
+        self
+    }
+
+    /// Decodes running at once (`MMCACHE_DECODE_CONCURRENCY`).
+    pub fn decode_concurrency(mut self, decodes: usize) -> Self {
+        self.config.decode_concurrency = decodes;
+        self
+    }
+
+    /// Longest wait for the decode budget (`MMCACHE_DECODE_WAIT_SECS`).
+    pub fn decode_wait(mut self, wait: Duration) -> Self {
+        self.config.decode_wait = wait;
+        self
+    }
+
     /// Origin connect timeout.
     pub fn origin_connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.origin_connect_timeout = timeout;
@@ -324,12 +361,38 @@ impl LoaderBuilder {
             }
             _ => None,
         };
+        let jpeg = mmcache_decode::select_jpeg_decoder(
+            config.jpeg_decoder,
+            config.libturbojpeg.as_deref(),
+        )
+        .map_err(|e| ConfigError::JpegDecoder(e.to_string()))?;
+        match (&jpeg.library, &jpeg.fallback_reason) {
+            (Some(library), _) => {
+                tracing::info!(decoder = jpeg.decoder.as_str(), library = %library.display(), "JPEG decoder");
+            }
+            (None, Some(reason)) => tracing::warn!(
+                decoder = jpeg.decoder.as_str(),
+                %reason,
+                "libjpeg-turbo did not load; JPEG pixels may differ from Pillow's by a few levels \
+                 (install libturbojpeg0, or set MMCACHE_JPEG_DECODER=libjpeg-turbo to require it)"
+            ),
+            (None, None) => tracing::info!(decoder = jpeg.decoder.as_str(), "JPEG decoder"),
+        }
+        ::metrics::gauge!(metrics::JPEG_DECODER_INFO, "decoder" => jpeg.decoder.as_str()).set(1.0);
+        let limits =
+            DecodeLimits::with_max_pixels(config.max_pixels).with_jpeg_decoder(jpeg.decoder);
+        let budget = DecodeBudget::new(
+            config.decode_concurrency,
+            config.decode_memory_bytes,
+            config.decode_wait,
+        );
         let decoded = DecodedCache::new(config.decoded_cache_bytes, config.decoded_cache_entries);
         let memory_hits =
             ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
         Ok(Loader {
             inner: Arc::new(Inner {
-                limits: DecodeLimits::with_max_pixels(config.max_pixels),
+                limits,
+                budget,
                 config,
                 origin,
                 shared,
@@ -543,7 +606,7 @@ impl Inner {
         };
         let (cached, outcome) = shared.get_with_outcome(identity).await;
         if let Some(bytes) = cached {
-            if let Some(hit) = self.decode_cached(shared, identity, bytes).await {
+            if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
                 return Ok(hit);
             }
         } else if outcome == GetOutcome::Oversized {
@@ -558,22 +621,25 @@ impl Inner {
         self.fill_from_origin(shared, identity, url).await
     }
 
-    /// Decodes a cached value; a value that does not decode is deleted (`None`).
+    /// Decodes a cached value. Bytes that are not a valid image are deleted (`Ok(None)`: the
+    /// load goes to the origin). A limit of this worker's own (pixels, decode budget) is the
+    /// load's error: the entry may serve workers with other limits, so it stays.
     async fn decode_cached(
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
         bytes: Bytes,
-    ) -> Option<(Arc<DecodedImage>, Source, Option<usize>)> {
+    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
         let len = bytes.len();
         match self.decode(bytes).await {
-            Ok(image) => Some((image, Source::Shared, Some(len))),
-            Err(e) => {
+            Ok(image) => Ok(Some((image, Source::Shared, Some(len)))),
+            Err(Error::Decode(e)) if e.is_not_an_image() => {
                 ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
                 tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
                 shared.delete(identity).await;
-                None
+                Ok(None)
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -603,19 +669,21 @@ impl Inner {
         match shared.try_lease(identity, lease.ttl).await {
             LeaseOutcome::Won(token) => {
                 record_lease("won");
-                // The previous holder may have filled the entry and released the lease between
-                // our GET and our lease: look once more before going to the origin.
-                if let (Some(bytes), _) = shared.get_with_outcome(identity).await
-                    && let Some(hit) = self.decode_cached(shared, identity, bytes).await
-                {
-                    shared.release_lease(identity, token).await;
-                    return Ok(hit);
+                let result = async {
+                    // The previous holder may have filled the entry and released the lease
+                    // between our GET and our lease: look once more before the origin.
+                    if let (Some(bytes), _) = shared.get_with_outcome(identity).await
+                        && let Some(hit) = self.decode_cached(shared, identity, bytes).await?
+                    {
+                        return Ok(hit);
+                    }
+                    self.fill_from_origin(shared, identity, url).await
                 }
-                let result = self.fill_from_origin(shared, identity, url).await;
-                if result.is_ok() {
-                    // With write-behind the entry lands a little later; waiters keep polling.
-                    shared.release_lease(identity, token).await;
-                }
+                .await;
+                // Released whatever happened: after a failure the waiters take over at once
+                // instead of sleeping out the lease. With write-behind the entry lands a
+                // little later; waiters keep polling for it.
+                shared.release_lease(identity, token).await;
                 result
             }
             LeaseOutcome::Held => {
@@ -626,7 +694,7 @@ impl Inner {
                     pause = (pause * 2).min(Duration::from_millis(100));
                     let (cached, outcome) = shared.get_with_outcome(identity).await;
                     if let Some(bytes) = cached {
-                        if let Some(hit) = self.decode_cached(shared, identity, bytes).await {
+                        if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
                             record_lease("waited_hit");
                             return Ok(hit);
                         }
@@ -663,17 +731,37 @@ impl Inner {
         Ok((image, fetched.bytes))
     }
 
-    /// Decodes on the blocking pool: a large image is milliseconds of CPU.
+    /// Reads the headers (refusing what cannot be an image), reserves the decode's memory in
+    /// the budget, then decodes on the blocking pool: a large image is milliseconds of CPU.
     async fn decode(&self, bytes: Bytes) -> Result<Arc<DecodedImage>> {
+        /// Headers of smaller files are read in place; larger ones take a scan of the bytes.
+        const INLINE_PROBE_BYTES: usize = 256 << 10;
         let limits = self.limits;
         let started = Instant::now();
-        let image = tokio::task::spawn_blocking(move || mmcache_decode::decode(&bytes, &limits))
-            .await
-            .map_err(|e| Error::Internal(format!("decode task failed: {e}")))??;
+        let probe = if bytes.len() <= INLINE_PROBE_BYTES {
+            mmcache_decode::probe(&bytes, &limits)?
+        } else {
+            let bytes = bytes.clone();
+            blocking(move || mmcache_decode::probe(&bytes, &limits)).await??
+        };
+        let permit = self.budget.acquire(probe.memory_bytes).await?;
+        let image = blocking(move || {
+            let image = mmcache_decode::decode_probed(&bytes, &probe, &limits);
+            drop(permit);
+            image
+        })
+        .await??;
         ::metrics::histogram!(metrics::DECODE_DURATION, "format" => image.format().as_str())
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))
     }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("decode task failed: {e}")))
 }
 
 /// Removes an identity from the in-flight map when dropped.

@@ -17,6 +17,10 @@ pub const ORIGIN_FETCH_DURATION: &str = "mmcache_origin_fetch_duration_seconds";
 pub const ORIGIN_FETCH_BYTES: &str = "mmcache_origin_fetch_bytes_total";
 /// Decode duration; label `format`.
 pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
+/// The JPEG decoder in use (gauge, 1); label `decoder` (`libjpeg-turbo`, `pure-rust`).
+pub const JPEG_DECODER_INFO: &str = "mmcache_jpeg_decoder_info";
+/// Decode-budget reservations by `outcome` (`acquired`, `timeout`, `over_budget`).
+pub const DECODE_BUDGET: &str = "mmcache_decode_budget_total";
 /// Loads that bypassed every cache; label `reason` (`no_scope`).
 pub const BYPASSES: &str = "mmcache_cache_bypass_total";
 /// Shared-cache values that did not decode and were deleted.
@@ -76,6 +80,11 @@ pub fn describe() {
     );
     describe_histogram!(DECODE_DURATION, Unit::Seconds, "Image decode duration");
     describe_counter!(BYPASSES, "Loads that bypassed every cache");
+    describe_gauge!(JPEG_DECODER_INFO, "The JPEG decoder in use (label decoder)");
+    describe_counter!(
+        DECODE_BUDGET,
+        "Decode-budget reservations by outcome (acquired, timeout, over_budget)"
+    );
     describe_counter!(
         SHARED_CORRUPT,
         "Shared-cache values that failed to decode and were deleted"

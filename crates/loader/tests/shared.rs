@@ -72,8 +72,17 @@ async fn only_bytes_that_decode_are_written() {
     let origin = TestOrigin::start();
     origin.set("/svg", Route::ok(images::svg()));
     origin.set("/404", Route::status(404));
+    // Hostile images that a lenient decoder would accept: refused, so never shared.
+    origin.set(
+        "/empty-scan.jpg",
+        Route::ok(images::jpeg_empty_scan(10_000, 10_000)),
+    );
+    origin.set(
+        "/starved.png",
+        Route::ok(images::png_header_claiming(9_000, 9_000)),
+    );
     let loader = worker(&cluster.url()).build().unwrap();
-    for path in ["/svg", "/404"] {
+    for path in ["/svg", "/404", "/empty-scan.jpg", "/starved.png"] {
         assert!(loader.load(&origin.url(path), None).await.is_err());
         assert_eq!(
             cluster.get_raw(&key_for(&origin.url(path))).unwrap(),
@@ -82,6 +91,38 @@ async fn only_bytes_that_decode_are_written() {
         );
     }
     assert_eq!(loader.shared_cache().unwrap().stats().set_ok, 0);
+}
+
+#[tokio::test]
+async fn an_entry_over_this_workers_limits_is_left_for_others() {
+    if !require_redis("an_entry_over_this_workers_limits_is_left_for_others") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let png = images::png(64, 48, 3);
+    origin.set("/a.png", Route::ok(png.clone()));
+    let url = origin.url("/a.png");
+    cluster.set_raw(&key_for(&url), &png, Some(3600)).unwrap();
+    // Over this worker's pixel limit, then over its decode budget: the load fails with 413,
+    // and the valid entry stays for workers whose limits allow it.
+    for small in [
+        worker(&cluster.url()).max_pixels(1000),
+        worker(&cluster.url()).decode_memory_bytes(1024),
+    ] {
+        let err = small.build().unwrap().load(&url, None).await.unwrap_err();
+        assert_eq!(err.http_status(), 413, "{err}");
+        assert_eq!(
+            cluster.get_raw(&key_for(&url)).unwrap().as_deref(),
+            Some(&png[..])
+        );
+    }
+    assert_eq!(origin.hits("/a.png"), 0);
+    let loaded = worker(&cluster.url()).build().unwrap();
+    assert_eq!(
+        loaded.load_detailed(&url, None).await.unwrap().source,
+        Source::Shared
+    );
 }
 
 #[tokio::test]

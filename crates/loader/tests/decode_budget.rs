@@ -1,0 +1,109 @@
+//! The decode budget holds under concurrency: many loads of distinct large images at once
+//! never hold more decode memory together than the budget. A counting allocator measures the
+//! peak of live bytes in the process, so the bound is asserted, not assumed.
+
+// The one unsafe block: a GlobalAlloc that forwards to the system allocator and counts.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mmcache_loader::{Error, Loader};
+use mmcache_test_support::images;
+use mmcache_test_support::origin::{Route, TestOrigin};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call forwards to `System` with the caller's layout; the counters only watch.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MIB: usize = 1 << 20;
+
+// One test in this binary: the allocator counts the whole process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_large_decodes_stay_within_the_budget() {
+    const LOADS: usize = 12;
+    // 2000x1500 RGB: 9 MB of output each, about 60 KB on the wire.
+    let origin = TestOrigin::start();
+    let urls: Vec<String> = (0..LOADS)
+        .map(|i| {
+            let path = format!("/big-{i}.png");
+            origin.set(
+                &path,
+                Route::ok(images::zero_png(2000, 1500 + i as u32, 8, 2, &[])),
+            );
+            origin.url(&path)
+        })
+        .collect();
+    let budget = 20 * MIB; // room for two such decodes at once, never three
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .decoded_cache_entries(Some(0)) // nothing kept: only decodes hold memory
+        .decode_memory_bytes(budget as u64)
+        .decode_concurrency(LOADS)
+        .decode_wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let tasks: Vec<_> = urls
+        .into_iter()
+        .map(|url| {
+            let loader = loader.clone();
+            // Each result is dropped at once: the test holds no image.
+            tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
+        })
+        .collect();
+    for t in tasks {
+        let len = t.await.unwrap().expect("every load succeeds, in turn");
+        assert!(len >= 2000 * 1500 * 3);
+    }
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    // Twelve at once would be over 108 MB; the budget admits two (18 MB) plus fixed overhead
+    // (HTTP bodies of ~60 KB, buffers, the runtime).
+    assert!(
+        peak < budget + 8 * MIB,
+        "peak {} MiB of live allocations with a {} MiB budget",
+        peak / MIB,
+        budget / MIB
+    );
+
+    // An image that can never fit is refused at once, 413, nothing allocated for it.
+    let huge = origin.url("/huge.png");
+    origin.set(
+        "/huge.png",
+        Route::ok(images::zero_png(4000, 3000, 8, 2, &[])),
+    );
+    let err = loader.load(&huge, None).await.unwrap_err();
+    assert!(matches!(err, Error::OverDecodeBudget { .. }), "{err}");
+    assert_eq!(err.http_status(), 413);
+}
