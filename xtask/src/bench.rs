@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use mmcache_loader::decode::{DecodeLimits, decode};
+use mmcache_loader::decode::{
+    DecodeLimits, JpegDecoder, JpegDecoderChoice, decode, select_jpeg_decoder,
+};
 use mmcache_loader::scope::CacheIdentity;
 use mmcache_loader::shared_cache::{BreakerConfig, WriteBehindConfig, entry_key};
 use mmcache_loader::{LeaseSettings, Loader, LoaderBuilder, Source};
@@ -21,7 +23,8 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
 use crate::common::{self, Plan, ms, percentile};
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
+    "decode",
     "shared-hit",
     "local-hit",
     "miss",
@@ -234,6 +237,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         println!("==> bench {name}");
         let new_rows = match name.as_str() {
             "shared-hit" => rt.block_on(shared_hit(&o, &cluster, &origin))?,
+            "decode" => decode_rows(&o)?,
             "local-hit" => local_hit(&o, &origin)?,
             "miss" => rt.block_on(miss(&o, &cluster, &origin))?,
             "outage-refused" => rt.block_on(outage_refused(&o, &origin))?,
@@ -415,6 +419,76 @@ fn local_hit(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
         target: ">= 5M loads/s".into(),
         note: format!("{:.2} M loads/s", s.rate() / 1e6),
     }])
+}
+
+/// Times `n` calls of `op` on this thread.
+fn time_calls(n: usize, op: &dyn Fn() -> bool) -> anyhow::Result<Measure> {
+    let mut lat = Vec::with_capacity(n);
+    let started = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        anyhow::ensure!(op(), "a decode failed");
+        lat.push(t.elapsed());
+    }
+    let elapsed = started.elapsed();
+    lat.sort();
+    Ok(Measure {
+        ops: n,
+        elapsed,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+    })
+}
+
+/// One thread decoding the same file over and over: the default path (libjpeg-turbo for
+/// JPEG, the row-by-row PNG decoder) against the previous one (`image` with zune-jpeg, and
+/// `image`'s own PNG and WebP decode to RGB8), alternating rounds, median ratio.
+fn decode_rows(o: &Opts) -> anyhow::Result<Vec<Row>> {
+    let selected = select_jpeg_decoder(JpegDecoderChoice::LibjpegTurbo, None)
+        .context("the decode bench compares libjpeg-turbo with the pure-Rust decoder")?;
+    let default = DecodeLimits::default().with_jpeg_decoder(selected.decoder);
+    let pure = DecodeLimits::default().with_jpeg_decoder(JpegDecoder::PureRust);
+    let classes: [(&str, Vec<u8>, usize); 4] = [
+        ("JPEG 512 px", images::jpeg(512, 512, 1), 600),
+        ("JPEG 1024 px", images::jpeg(1024, 1024, 2), 150),
+        ("PNG 1024 px", images::png(1024, 1024, 3), 150),
+        ("WebP 512 px", images::webp(512, 512, 4), 300),
+    ];
+    let mut rows = Vec::new();
+    for (class, body, full) in classes {
+        let n = ops(o, full);
+        let jpeg = class.starts_with("JPEG");
+        let previous = || {
+            if jpeg {
+                decode(&body, &pure).is_ok()
+            } else {
+                image::load_from_memory(&body).is_ok_and(|i| !i.into_rgb8().is_empty())
+            }
+        };
+        let current = || decode(&body, &default).is_ok();
+        let mut pairs = Vec::new();
+        for _ in 0..o.rounds() {
+            pairs.push((time_calls(n, &previous)?, time_calls(n, &current)?));
+        }
+        pairs.sort_by(|x, y| (x.0.rate() / x.1.rate()).total_cmp(&(y.0.rate() / y.1.rate())));
+        let (b, s) = pairs[pairs.len() / 2];
+        let (baseline_name, target) = if jpeg {
+            ("pure-Rust decoder (zune-jpeg)", "<= 0.77 (1.3x faster)")
+        } else {
+            ("image crate decode + to RGB8", "<= 1.05")
+        };
+        rows.push(Row {
+            scenario: format!("decode {class} (1 thread)"),
+            subject: s,
+            baseline_name: baseline_name.into(),
+            baseline: Some(b),
+            ratio_kind: "time/op",
+            ratio: Some(b.rate() / s.rate()),
+            target: target.into(),
+            note: format!("{} KiB file, {:.0} decodes/s", body.len() >> 10, s.rate()),
+        });
+    }
+    Ok(rows)
 }
 
 /// Polls a future once with a waker that does nothing; `None` when it is not ready.

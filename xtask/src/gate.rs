@@ -4,18 +4,28 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// Debian packages the tests need, with the command that proves each is there.
-const PREREQUISITES: [(&str, &str); 3] = [
-    ("redis-server", "redis-server"),
-    ("redis-cli", "redis-tools"),
-    ("openssl", "openssl"),
+/// Debian packages the tests need, with the shell check that proves each is there.
+const PREREQUISITES: [(&str, &str); 5] = [
+    ("command -v redis-server", "redis-server"),
+    ("command -v redis-cli", "redis-tools"),
+    ("command -v openssl", "openssl"),
+    // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
+    (
+        "ldconfig -p | grep -q 'libturbojpeg.so.0 '",
+        "libturbojpeg0",
+    ),
+    ("python3 -c 'import ensurepip, venv'", "python3-venv"),
 ];
+
+/// The virtual environment holding the Python packages of tests/requirements.txt.
+const VENV: &str = "target/venv";
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if let Some(a) = args.first() {
         bail!("`cargo xtask test` takes no arguments (got `{a}`)");
     }
     ensure_prerequisites()?;
+    let python = python_venv()?;
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
@@ -31,7 +41,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "warnings",
         ]),
     )?;
-    step("test", Command::new("cargo").args(["test", "--workspace"]))?;
+    step(
+        "test",
+        Command::new("cargo")
+            .args(["test", "--workspace"])
+            .env("MMCACHE_PYTHON", &python),
+    )?;
     step(
         "doc",
         Command::new("cargo")
@@ -51,18 +66,44 @@ fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn have(binary: &str) -> bool {
+fn have(check: &str) -> bool {
     Command::new("sh")
-        .args(["-c", &format!("command -v {binary}")])
+        .args(["-c", check])
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// Creates target/venv when missing and installs tests/requirements.txt into it (pip skips
+/// what is already there). Returns the venv's interpreter, for the Pillow parity test.
+fn python_venv() -> anyhow::Result<String> {
+    let python = format!("{VENV}/bin/python");
+    if !std::path::Path::new(&python).exists() {
+        step(
+            "python venv",
+            Command::new("python3").args(["-m", "venv", VENV]),
+        )?;
+    }
+    step(
+        "pip install -r tests/requirements.txt",
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            "tests/requirements.txt",
+        ]),
+    )?;
+    // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
+    Ok(std::env::current_dir()?.join(python).display().to_string())
 }
 
 /// Installs missing Debian packages when running as root; otherwise says the exact command.
 pub(crate) fn ensure_prerequisites() -> anyhow::Result<()> {
     let missing: Vec<&str> = PREREQUISITES
         .iter()
-        .filter(|(bin, _)| !have(bin))
+        .filter(|(check, _)| !have(check))
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
@@ -73,7 +114,7 @@ pub(crate) fn ensure_prerequisites() -> anyhow::Result<()> {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root || !have("apt-get") {
+    if !is_root || !have("command -v apt-get") {
         bail!(
             "missing {}: install them with `sudo apt-get update && sudo {install}`",
             missing.join(", ")
