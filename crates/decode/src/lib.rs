@@ -1,8 +1,12 @@
 //! Image decoding with hard limits, and the byte-weighted caches that keep decoded results.
 //!
-//! - [`decode`] sniffs JPEG, PNG, WebP or GIF from the bytes (never from a URL), refuses an
-//!   image whose header announces more than [`DecodeLimits::max_pixels`] before decoding a
-//!   single pixel, bounds the decoder's allocations, and returns RGB8.
+//! - [`decode`] sniffs JPEG, PNG, WebP or GIF from the bytes (never from a URL) and returns
+//!   the RGB8 pixels of Pillow's `Image.open(b).convert("RGB")`, byte for byte: JPEG through
+//!   libjpeg-turbo (loaded at run time, see [`select_jpeg_decoder`]; a pure-Rust decoder
+//!   otherwise), PNG row by row, WebP and GIF through `image`.
+//! - [`probe`] reads the headers first and refuses, before any allocation, an image over
+//!   [`DecodeLimits::max_pixels`] or one whose coded data cannot back its declared size, and
+//!   estimates the memory its decode will hold ([`Probe::memory_bytes`]).
 //! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in an LRU weighed in bytes, keyed by a
 //!   blake3 digest of the [`CacheIdentity`] (so it is partitioned by scope exactly as the
 //!   identity is).
