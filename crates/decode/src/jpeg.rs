@@ -148,7 +148,7 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
             // stuffed zero nor a restart marker.
             let start = at;
             loop {
-                match bytes[at..].iter().position(|&b| b == 0xff) {
+                match memchr::memchr(0xff, &bytes[at..]) {
                     None => {
                         at = bytes.len();
                         break;

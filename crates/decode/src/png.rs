@@ -112,23 +112,32 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
     // Pillow opens 16-bit grey as I;16 and converts it to RGB by clipping; tRNS may have
     // added an alpha channel to it, which is dropped like any other.
     let grey16_clip = source_color == ColorType::Grayscale && sample == 2;
-    let convert = |row: &[u8], out: &mut [u8]| {
-        for (px, rgb) in row
-            .chunks_exact(channels * sample)
-            .zip(out.chunks_exact_mut(3))
-        {
-            let at = |i: usize| px[i * sample]; // the high byte of a 16-bit sample
-            match channels {
-                1 | 2 if grey16_clip => {
-                    let v = if px[0] == 0 { px[1] } else { 255 };
-                    rgb.fill(v);
-                }
-                1 | 2 => rgb.fill(at(0)),
-                _ => {
-                    rgb[0] = at(0);
-                    rgb[1] = at(1);
-                    rgb[2] = at(2);
-                }
+    // One loop per layout, chosen once: the common 8-bit RGB row is a plain copy.
+    let convert = |row: &[u8], out: &mut [u8]| match (channels, sample) {
+        (3, 1) => out.copy_from_slice(&row[..out.len()]),
+        (4, 1) => {
+            for (px, rgb) in row.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+                rgb.copy_from_slice(&px[..3]);
+            }
+        }
+        (1 | 2, 1) => {
+            for (px, rgb) in row.chunks_exact(channels).zip(out.chunks_exact_mut(3)) {
+                rgb.fill(px[0]);
+            }
+        }
+        (1 | 2, _) if grey16_clip => {
+            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
+                rgb.fill(if px[0] == 0 { px[1] } else { 255 });
+            }
+        }
+        (1 | 2, _) => {
+            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
+                rgb.fill(px[0]); // the high byte
+            }
+        }
+        _ => {
+            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
+                rgb.copy_from_slice(&[px[0], px[2], px[4]]);
             }
         }
     };

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use mmcache_decode::JpegDecoderChoice;
 
 use crate::error::ConfigError;
+use crate::hedge::HedgeSettings;
 
 /// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images
 /// the default pixel limit lets through (a 100 MP progressive JPEG holds about 1 GB).
@@ -77,9 +78,15 @@ pub mod env {
     pub const SHARED_WRITE_BEHIND: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND";
     /// Write-behind queue bound, entries, integer > 0. Default 256.
     pub const SHARED_WRITE_BEHIND_QUEUE: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND_QUEUE";
+    /// `0` or `1`: hedge slow GETs with the origin, and bound the SET wait. Default `1`.
+    pub const SHARED_HEDGE: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE";
+    /// Shortest hedge delay in ms, integer > 0. Default 20.
+    pub const SHARED_HEDGE_MIN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MIN_MS";
+    /// Longest hedge delay (and SET wait) in ms, integer >= the minimum, <= 60000. Default 250.
+    pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 31] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -103,6 +110,14 @@ pub mod env {
         SHARED_LEASE_WAIT_MS,
         SHARED_WRITE_BEHIND,
         SHARED_WRITE_BEHIND_QUEUE,
+        SHARED_HEDGE,
+        SHARED_HEDGE_MIN_MS,
+        SHARED_HEDGE_MAX_MS,
+        JPEG_DECODER,
+        LIBTURBOJPEG,
+        DECODE_MEMORY_BYTES,
+        DECODE_CONCURRENCY,
+        DECODE_WAIT_SECS,
     ];
 }
 
@@ -130,6 +145,8 @@ pub struct SharedCacheSettings {
     pub lease: LeaseSettings,
     /// Write-behind of SETs. Default off.
     pub write_behind: mmcache_shared_cache::WriteBehindConfig,
+    /// Hedged GETs and bounded SET waits. Default on.
+    pub hedge: HedgeSettings,
 }
 
 /// Stampede-lease settings: on a miss one worker fills the entry, the others wait for it.
@@ -183,6 +200,7 @@ impl Default for SharedCacheSettings {
             breaker: mmcache_shared_cache::BreakerConfig::default(),
             lease: LeaseSettings::default(),
             write_behind: mmcache_shared_cache::WriteBehindConfig::default(),
+            hedge: HedgeSettings::default(),
         }
     }
 }
@@ -304,6 +322,15 @@ impl Config {
             let n = parse_positive_int(env::SHARED_WRITE_BEHIND_QUEUE, &v)?;
             c.shared.write_behind.max_queued = usize::try_from(n).unwrap_or(usize::MAX);
         }
+        if let Some(v) = get(env::SHARED_HEDGE) {
+            c.shared.hedge.enabled = parse_flag(env::SHARED_HEDGE, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_HEDGE_MIN_MS) {
+            c.shared.hedge.min_delay = parse_millis(env::SHARED_HEDGE_MIN_MS, &v)?;
+        }
+        if let Some(v) = get(env::SHARED_HEDGE_MAX_MS) {
+            c.shared.hedge.max_delay = parse_millis(env::SHARED_HEDGE_MAX_MS, &v)?;
+        }
         if let Some(path) = get(env::SHARED_TLS_CA_FILE) {
             let pem = std::fs::read(path.trim()).map_err(|e| ConfigError::File {
                 name: env::SHARED_TLS_CA_FILE,
@@ -420,6 +447,21 @@ impl Config {
                 env::DECODE_WAIT_SECS,
                 &format!("{:?}", self.decode_wait),
                 "a number of seconds > 0 and <= 3600",
+            ));
+        }
+        let hedge = self.shared.hedge;
+        if hedge.min_delay.is_zero() || hedge.min_delay > hedge.max_delay {
+            return Err(ConfigError::invalid(
+                env::SHARED_HEDGE_MIN_MS,
+                &hedge.min_delay.as_millis().to_string(),
+                "an integer > 0, at most the hedge maximum",
+            ));
+        }
+        if hedge.max_delay > Duration::from_secs(60) {
+            return Err(ConfigError::invalid(
+                env::SHARED_HEDGE_MAX_MS,
+                &hedge.max_delay.as_millis().to_string(),
+                "an integer of milliseconds <= 60000",
             ));
         }
         if self.shared.enabled && self.shared.url.is_none() {
@@ -552,6 +594,23 @@ mod tests {
             (Duration::from_secs(7), Duration::from_millis(900))
         );
         assert_eq!(c.shared.write_behind.max_queued, 32);
+        let c = with(&[
+            (env::SHARED_HEDGE, "0"),
+            (env::SHARED_HEDGE_MIN_MS, "5"),
+            (env::SHARED_HEDGE_MAX_MS, "80"),
+        ])
+        .unwrap();
+        assert!(!c.shared.hedge.enabled);
+        assert_eq!(c.shared.hedge.min_delay, Duration::from_millis(5));
+        assert_eq!(c.shared.hedge.max_delay, Duration::from_millis(80));
+        for (name, value) in [
+            (env::SHARED_HEDGE_MIN_MS, "300"), // above the default maximum
+            (env::SHARED_HEDGE_MAX_MS, "60001"),
+            (env::SHARED_HEDGE, "yes"),
+        ] {
+            let err = with(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{err}");
+        }
         // Blank counts as unset.
         assert_eq!(
             with(&[(env::SHARED_TTL_SECS, "  ")]).unwrap().shared.ttl,

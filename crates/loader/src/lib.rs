@@ -49,6 +49,7 @@ mod budget;
 mod config;
 mod data_url;
 mod error;
+mod hedge;
 pub mod metrics;
 
 use std::sync::Arc;
@@ -63,12 +64,14 @@ use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, SharedCacheCon
 use tokio::sync::watch;
 
 use crate::budget::DecodeBudget;
+use crate::hedge::Hedge;
 
 pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, LeaseSettings, SharedCacheSettings,
     env,
 };
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
+pub use crate::hedge::HedgeSettings;
 pub use mmcache_decode::{self as decode, DecodedImage as Image};
 pub use mmcache_origin as origin;
 pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
@@ -125,6 +128,7 @@ struct Inner {
     decoded: DecodedCache,
     limits: DecodeLimits,
     budget: DecodeBudget,
+    hedge: Hedge,
     inflight: DashMap<[u8; 32], InflightSlot>,
     memory_hits: ::metrics::Counter,
 }
@@ -239,6 +243,12 @@ impl LoaderBuilder {
         write_behind: mmcache_shared_cache::WriteBehindConfig,
     ) -> Self {
         self.config.shared.write_behind = write_behind;
+        self
+    }
+
+    /// Hedged shared-cache GETs and bounded SET waits.
+    pub fn shared_cache_hedge(mut self, hedge: HedgeSettings) -> Self {
+        self.config.shared.hedge = hedge;
         self
     }
 
@@ -393,6 +403,7 @@ impl LoaderBuilder {
             inner: Arc::new(Inner {
                 limits,
                 budget,
+                hedge: Hedge::new(config.shared.hedge),
                 config,
                 origin,
                 shared,
@@ -604,7 +615,11 @@ impl Inner {
             let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
             return Ok((image, Source::Origin, Some(bytes.len())));
         };
-        let (cached, outcome) = shared.get_with_outcome(identity).await;
+        let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
+            Raced::Cache(cached, outcome) => (cached, outcome),
+            Raced::Hit(hit) => return Ok(hit),
+            Raced::Origin(fetched) => return self.stored(shared, identity, fetched?).await,
+        };
         if let Some(bytes) = cached {
             if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
                 return Ok(hit);
@@ -650,10 +665,96 @@ impl Inner {
         identity: &CacheIdentity,
         url: &str,
     ) -> Outcome {
-        let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+        let fetched = self.fetch_and_decode_bytes(url).await?;
+        self.stored(shared, identity, fetched).await
+    }
+
+    /// Writes what the origin gave (only bytes that decoded reach here). With hedging on, the
+    /// load waits for its SET at most the hedge budget; the write then goes on in the
+    /// background, bounded by the I/O timeout and the write-behind queue's limits.
+    async fn stored(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        (image, bytes): (Arc<DecodedImage>, Bytes),
+    ) -> Outcome {
         let len = bytes.len();
-        shared.store(identity, bytes).await;
+        if self.hedge.enabled() {
+            shared
+                .store_within(identity, bytes, self.hedge.set_wait())
+                .await;
+        } else {
+            shared.store(identity, bytes).await;
+        }
         Ok((image, Source::Origin, Some(len)))
+    }
+
+    /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
+    /// fetch starts beside it and the first usable image wins (a late hit still wins if it
+    /// decodes before the origin answers). The GET runs in its own task, so a hedged-away GET
+    /// still finishes and its failure still counts toward the node's breaker.
+    async fn get_or_hedge(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Raced {
+        if !self.hedge.enabled() {
+            let (cached, outcome) = shared.get_with_outcome(identity).await;
+            return Raced::Cache(cached, outcome);
+        }
+        let started = Instant::now();
+        let mut get = tokio::spawn({
+            let (shared, identity) = (shared.clone(), identity.clone());
+            async move { shared.get_with_outcome(&identity).await }
+        });
+        let answered =
+            |joined: std::result::Result<(Option<Bytes>, GetOutcome), tokio::task::JoinError>| {
+                let (cached, outcome) = joined.unwrap_or((None, GetOutcome::Error));
+                if matches!(
+                    outcome,
+                    GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized
+                ) {
+                    self.hedge.observe(started.elapsed());
+                }
+                (cached, outcome)
+            };
+        if let Ok(joined) = tokio::time::timeout(self.hedge.delay(), &mut get).await {
+            let (cached, outcome) = answered(joined);
+            return Raced::Cache(cached, outcome);
+        }
+        if !self.hedge.try_take() {
+            record_hedge("over_budget");
+            let (cached, outcome) = answered(get.await);
+            return Raced::Cache(cached, outcome);
+        }
+        let origin = self.fetch_and_decode_bytes(url);
+        tokio::pin!(origin);
+        tokio::select! {
+            fetched = &mut origin => {
+                record_hedge("origin_won");
+                return Raced::Origin(fetched);
+            }
+            joined = &mut get => {
+                if let (Some(bytes), _) = answered(joined) {
+                    let decoded = self.decode_cached(shared, identity, bytes);
+                    tokio::select! {
+                        fetched = &mut origin => {
+                            record_hedge("origin_won");
+                            return Raced::Origin(fetched);
+                        }
+                        decoded = decoded => {
+                            if let Ok(Some(hit)) = decoded {
+                                record_hedge("cache_won");
+                                return Raced::Hit(hit);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        record_hedge("origin_won");
+        Raced::Origin(origin.await)
     }
 
     /// On a miss, one worker of the fleet takes the lease and fills the entry; the others poll
@@ -672,10 +773,17 @@ impl Inner {
                 let result = async {
                     // The previous holder may have filled the entry and released the lease
                     // between our GET and our lease: look once more before the origin.
-                    if let (Some(bytes), _) = shared.get_with_outcome(identity).await
-                        && let Some(hit) = self.decode_cached(shared, identity, bytes).await?
-                    {
-                        return Ok(hit);
+                    match self.get_or_hedge(shared, identity, url).await {
+                        Raced::Hit(hit) => return Ok(hit),
+                        Raced::Origin(fetched) => {
+                            return self.stored(shared, identity, fetched?).await;
+                        }
+                        Raced::Cache(Some(bytes), _) => {
+                            if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                                return Ok(hit);
+                            }
+                        }
+                        Raced::Cache(None, _) => {}
                     }
                     self.fill_from_origin(shared, identity, url).await
                 }
@@ -774,6 +882,20 @@ impl Drop for LeaveInflight<'_> {
     fn drop(&mut self) {
         self.inner.inflight.remove(&self.key);
     }
+}
+
+/// How a hedged GET ended.
+enum Raced {
+    /// The GET answered first (or no hedge ran): its value and outcome.
+    Cache(Option<Bytes>, GetOutcome),
+    /// A late hit decoded before the origin answered.
+    Hit((Arc<DecodedImage>, Source, Option<usize>)),
+    /// The origin answered first: its decoded image and bytes, or its error.
+    Origin(Result<(Arc<DecodedImage>, Bytes)>),
+}
+
+fn record_hedge(outcome: &'static str) {
+    ::metrics::counter!(metrics::HEDGES, "outcome" => outcome).increment(1);
 }
 
 fn record_lease(outcome: &'static str) {

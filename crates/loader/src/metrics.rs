@@ -27,6 +27,9 @@ pub const BYPASSES: &str = "mmcache_cache_bypass_total";
 pub const SHARED_CORRUPT: &str = "mmcache_shared_cache_corrupt_total";
 /// Shared-cache values longer than the download cap, left unread (the load went to the origin).
 pub const SHARED_OVERSIZED: &str = "mmcache_shared_cache_oversized_total";
+/// Hedged shared-cache GETs by `outcome`: `origin_won` (the origin answered first),
+/// `cache_won` (a late hit decoded first), `over_budget` (no hedge: the budget was spent).
+pub const HEDGES: &str = "mmcache_shared_cache_hedges_total";
 /// Stampede leases by `outcome` (`won`, `waited_hit`, `waited_timeout`, `error`).
 pub const LEASES: &str = "mmcache_shared_cache_lease_total";
 /// Decoded-cache entries (gauge).
@@ -93,6 +96,7 @@ pub fn describe() {
         SHARED_OVERSIZED,
         "Shared-cache values longer than the download cap, left unread"
     );
+    describe_counter!(HEDGES, "Hedged shared-cache GETs by outcome");
     describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
     describe_counter!(
         shared_cache::BREAKER_TRANSITIONS,

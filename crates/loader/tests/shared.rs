@@ -326,6 +326,78 @@ async fn a_hung_master_costs_at_most_the_timeouts() {
     assert!(took < Duration::from_millis(2 * 800 + 700), "took {took:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_timeouts_a_hung_master_is_hedged_not_waited_for() {
+    if !require_redis("with_default_timeouts_a_hung_master_is_hedged_not_waited_for") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    // The defaults users run: 0.1 s connect, 2.0 s I/O, hedging on.
+    let defaults = || {
+        Loader::builder()
+            .allow_internal(true)
+            .shared_cache_url(cluster.url())
+    };
+    let urls: Vec<String> = (0..12)
+        .map(|i| {
+            let path = format!("/hedge-{i}.png");
+            origin.set(&path, Route::ok(images::png(16, 16, i)));
+            origin.url(&path)
+        })
+        .collect();
+    let filler = defaults().build().unwrap();
+    for url in &urls {
+        filler.load(url, None).await.unwrap();
+    }
+    let hung = cluster.master_of(&key_for(&urls[0])).unwrap();
+    let on_hung: Vec<&String> = urls
+        .iter()
+        .filter(|u| cluster.master_of(&key_for(u)).unwrap() == hung)
+        .collect();
+    let loader = defaults().build().unwrap();
+    assert!(loader.shared_cache().unwrap().connect().await);
+    cluster.hang(hung).unwrap();
+    let io_timeout = loader.config().shared.io_timeout;
+    let mut tasks = Vec::new();
+    for url in &urls {
+        let (loader, url) = (loader.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let loaded = loader.load_detailed(&url, None).await;
+            (url, loaded, started.elapsed())
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    // A URL whose SET hangs too: the load returns, the write goes on in the background.
+    let fresh = (0..256)
+        .map(|i| origin.url(&format!("/hedge-fresh-{i}.png")))
+        .find(|u| cluster.master_of(&key_for(u)).unwrap() == hung)
+        .expect("a key on every master among 256");
+    let path = fresh.rsplit_once('/').unwrap().1;
+    origin.set(&format!("/{path}"), Route::ok(images::png(16, 16, 99)));
+    let fresh_loaded = loader.load_detailed(&fresh, None).await;
+    cluster.resume(hung).unwrap();
+    for (url, loaded, took) in results {
+        let loaded = loaded.unwrap();
+        let expected = if on_hung.contains(&&url) {
+            Source::Origin
+        } else {
+            Source::Shared
+        };
+        assert_eq!(loaded.source, expected, "{url}");
+        // Nobody waited for the GET timeout: the hedge answered from the origin.
+        assert!(took < io_timeout, "{url} took {took:?}");
+    }
+    assert!(!on_hung.is_empty());
+    assert_eq!(fresh_loaded.unwrap().source, Source::Origin);
+    let stats = loader.shared_cache().unwrap().stats();
+    assert!(stats.set_backgrounded >= 1, "{stats:?}");
+}
+
 async fn stampede(cluster: &RedisCluster, lease: bool, path: &str) -> (usize, Vec<Source>) {
     let origin = TestOrigin::start();
     origin.set(

@@ -234,6 +234,9 @@ pub struct SharedCacheStats {
     pub breaker_opens: u64,
     /// Write-behind SETs dropped because the queue was full.
     pub write_behind_dropped: u64,
+    /// Bounded stores ([`SharedCache::store_within`]) the load stopped waiting for; the SET
+    /// went on in the background.
+    pub set_backgrounded: u64,
 }
 
 #[derive(Debug, Default)]
@@ -250,6 +253,7 @@ struct Counters {
     skipped: AtomicU64,
     breaker_opens: AtomicU64,
     write_behind_dropped: AtomicU64,
+    set_backgrounded: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -373,6 +377,7 @@ impl SharedCache {
             skipped: load(&c.skipped),
             breaker_opens: load(&c.breaker_opens),
             write_behind_dropped: load(&c.write_behind_dropped),
+            set_backgrounded: load(&c.set_backgrounded),
         }
     }
 
@@ -500,6 +505,38 @@ impl SharedCache {
             bump(&self.inner.counters.write_behind_dropped);
             metrics::record_skip("set", "queue_full");
             WriteOutcome::Skipped
+        }
+    }
+
+    /// Stores `bytes` like [`SharedCache::set`], waiting for the write at most `wait`: a write
+    /// still running then goes on in the background, bounded by the I/O timeout and by the
+    /// write-behind queue's limits (a full queue drops it, as [`SharedCache::store`] does).
+    /// With write-behind enabled it returns at once, like [`SharedCache::store`].
+    pub async fn store_within(
+        &self,
+        identity: &CacheIdentity,
+        bytes: Bytes,
+        wait: Duration,
+    ) -> WriteOutcome {
+        if self.inner.config.write_behind.enabled {
+            return self.store(identity, bytes).await;
+        }
+        if bytes.len() > self.inner.config.max_value_bytes {
+            metrics::record_skip("set", "too_large");
+            return WriteOutcome::Skipped;
+        }
+        let Some(done) = self.inner.queue.push_awaited(self, identity.clone(), bytes) else {
+            bump(&self.inner.counters.write_behind_dropped);
+            metrics::record_skip("set", "queue_full");
+            return WriteOutcome::Skipped;
+        };
+        match tokio::time::timeout(wait, done).await {
+            Ok(Ok(outcome)) => outcome,
+            // Still running (or its task ended without a word): it finishes on its own.
+            _ => {
+                bump(&self.inner.counters.set_backgrounded);
+                WriteOutcome::Skipped
+            }
         }
     }
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mmcache_scope::CacheIdentity;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, oneshot};
 
-use crate::{SharedCache, WriteBehindConfig};
+use crate::{SharedCache, WriteBehindConfig, WriteOutcome};
 
 #[derive(Debug)]
 pub(crate) struct Queue {
@@ -35,23 +35,50 @@ impl Queue {
 
     /// Accepts the write when there is room; returns false (and does nothing) when full.
     pub(crate) fn push(&self, cache: &SharedCache, identity: CacheIdentity, bytes: Bytes) -> bool {
+        self.spawn(cache, identity, bytes, true).is_some()
+    }
+
+    /// Accepts a write whose caller waits for it a little (a bounded store): it runs at once,
+    /// not behind the write-behind concurrency, and counts against the same bounds. Returns
+    /// its outcome's receiver, or `None` when the queue is full.
+    pub(crate) fn push_awaited(
+        &self,
+        cache: &SharedCache,
+        identity: CacheIdentity,
+        bytes: Bytes,
+    ) -> Option<oneshot::Receiver<WriteOutcome>> {
+        self.spawn(cache, identity, bytes, false)
+    }
+
+    fn spawn(
+        &self,
+        cache: &SharedCache,
+        identity: CacheIdentity,
+        bytes: Bytes,
+        queued: bool,
+    ) -> Option<oneshot::Receiver<WriteOutcome>> {
         let len = bytes.len();
         // Reserve room first, so concurrent pushes cannot overshoot the bounds.
         let n = self.pending.fetch_add(1, Ordering::AcqRel);
         let b = self.pending_bytes.fetch_add(len, Ordering::AcqRel);
         if n >= self.config.max_queued || b + len > self.config.max_queued_bytes {
             self.done(len);
-            return false;
+            return None;
         }
         let cache = cache.clone();
-        let permits = self.permits.clone();
+        let permits = queued.then(|| self.permits.clone());
+        let (tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             // The semaphore is never closed, so acquiring only waits.
-            let _permit = permits.acquire_owned().await;
-            cache.set(&identity, bytes).await;
+            let _permit = match permits {
+                Some(p) => p.acquire_owned().await.ok(),
+                None => None,
+            };
+            let outcome = cache.set(&identity, bytes).await;
             cache.inner.queue.done(len);
+            let _ = tx.send(outcome); // the caller may have stopped waiting
         });
-        true
+        Some(rx)
     }
 
     fn done(&self, len: usize) {

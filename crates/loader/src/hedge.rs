@@ -1,0 +1,172 @@
+//! Hedged shared-cache reads: when a GET has not answered within the hedge delay, the origin
+//! fetch starts beside it and the first usable image wins.
+//!
+//! The delay follows the GET latency actually observed: a multiple of the median of the last
+//! [`SAMPLES`] GETs that answered, clamped to `[min, max]`. The median, not a high percentile:
+//! when one master of three is slow or hung, a third of all GETs are slow and any percentile
+//! above the 67th would follow that node up to the cap, making every load to it wait; the
+//! median stays with the healthy majority. Hedges are budgeted: each GET earns half a hedge
+//! (a burst of [`BURST`] at most), so when most GETs are slow the hedges stop doubling the
+//! origin traffic and the loads wait for the GET timeout and the breaker, as before.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// GET latencies kept for the median.
+const SAMPLES: usize = 128;
+/// The delay is this many times the median GET latency (before the clamp).
+const MEDIAN_MULTIPLE: u64 = 4;
+/// Hedge tokens earned per GET, in thousandths: one hedge for every two GETs.
+const EARN_PER_GET: u64 = 500;
+/// Most hedges that may run back to back (thousandths of a token, like the balance).
+const BURST: u64 = 64_000;
+const COST: u64 = 1000;
+
+/// Hedge settings (`MMCACHE_SHARED_IMAGE_CACHE_HEDGE*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HedgeSettings {
+    /// Hedge shared-cache GETs (and bound the SET wait the same way). Default on.
+    pub enabled: bool,
+    /// Shortest delay before a hedge. Default 20 ms.
+    pub min_delay: Duration,
+    /// Longest delay before a hedge, and longest wait for a SET. Default 250 ms.
+    pub max_delay: Duration,
+}
+
+impl Default for HedgeSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_delay: Duration::from_millis(20),
+            max_delay: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The adaptive delay and the hedge budget of one loader.
+#[derive(Debug)]
+pub(crate) struct Hedge {
+    settings: HedgeSettings,
+    /// Recent GET latencies in microseconds (0: no sample yet).
+    samples: [AtomicU32; SAMPLES],
+    next: AtomicU64,
+    /// The current delay, in microseconds.
+    delay_us: AtomicU64,
+    /// Hedge tokens, in thousandths.
+    tokens: AtomicU64,
+}
+
+impl Hedge {
+    pub(crate) fn new(settings: HedgeSettings) -> Self {
+        Self {
+            settings,
+            samples: std::array::from_fn(|_| AtomicU32::new(0)),
+            next: AtomicU64::new(0),
+            delay_us: AtomicU64::new(micros(settings.min_delay)),
+            tokens: AtomicU64::new(BURST),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    /// How long to let a GET run alone.
+    pub(crate) fn delay(&self) -> Duration {
+        Duration::from_micros(self.delay_us.load(Ordering::Relaxed))
+    }
+
+    /// The longest a load waits for its SET: the same budget as a GET.
+    pub(crate) fn set_wait(&self) -> Duration {
+        self.delay()
+    }
+
+    /// Records a GET that answered (hit, miss or error reply) after `latency`, earns hedge
+    /// budget, and every [`SAMPLES`] / 4 GETs recomputes the delay.
+    pub(crate) fn observe(&self, latency: Duration) {
+        let us = u32::try_from(micros(latency)).unwrap_or(u32::MAX).max(1);
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.samples[(n as usize) % SAMPLES].store(us, Ordering::Relaxed);
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some((t + EARN_PER_GET).min(BURST))
+            });
+        if n.is_multiple_of(SAMPLES as u64 / 4) {
+            self.recompute();
+        }
+    }
+
+    fn recompute(&self) {
+        let mut v: Vec<u32> = self
+            .samples
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .filter(|&us| us > 0)
+            .collect();
+        if v.is_empty() {
+            return;
+        }
+        let mid = v.len() / 2;
+        let median = u64::from(*v.select_nth_unstable(mid).1);
+        let delay = median.saturating_mul(MEDIAN_MULTIPLE).clamp(
+            micros(self.settings.min_delay),
+            micros(self.settings.max_delay),
+        );
+        self.delay_us.store(delay, Ordering::Relaxed);
+    }
+
+    /// Takes one hedge from the budget; false when it is spent.
+    pub(crate) fn try_take(&self) -> bool {
+        self.tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                t.checked_sub(COST)
+            })
+            .is_ok()
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_follows_the_median_within_its_clamp() {
+        let h = Hedge::new(HedgeSettings::default());
+        assert_eq!(h.delay(), Duration::from_millis(20));
+        // A healthy majority at 1 ms and a third of GETs at 300 ms: 4 x median = 4 ms, so
+        // the floor holds.
+        for i in 0..SAMPLES * 2 {
+            let ms = if i % 3 == 0 { 300 } else { 1 };
+            h.observe(Duration::from_millis(ms));
+        }
+        assert_eq!(h.delay(), Duration::from_millis(20));
+        // Every GET at 30 ms: 120 ms.
+        for _ in 0..SAMPLES * 2 {
+            h.observe(Duration::from_millis(30));
+        }
+        assert_eq!(h.delay(), Duration::from_millis(120));
+        // Every GET at a second: the cap.
+        for _ in 0..SAMPLES * 2 {
+            h.observe(Duration::from_secs(1));
+        }
+        assert_eq!(h.delay(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn hedges_are_budgeted_to_half_the_gets() {
+        let h = Hedge::new(HedgeSettings::default());
+        let burst = (BURST / COST) as usize;
+        assert_eq!((0..burst * 2).filter(|_| h.try_take()).count(), burst);
+        // Then one hedge per two GETs.
+        for _ in 0..10 {
+            h.observe(Duration::from_millis(1));
+        }
+        assert_eq!((0..10).filter(|_| h.try_take()).count(), 5);
+    }
+}
