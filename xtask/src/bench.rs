@@ -15,7 +15,7 @@ use mmcache_loader::decode::{
     DecodeLimits, JpegDecoder, JpegDecoderChoice, decode, select_jpeg_decoder,
 };
 use mmcache_loader::scope::CacheIdentity;
-use mmcache_loader::shared_cache::{BreakerConfig, WriteBehindConfig, entry_key};
+use mmcache_loader::shared_cache::{WriteBehindConfig, entry_key};
 use mmcache_loader::{LeaseSettings, Loader, LoaderBuilder, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
@@ -49,6 +49,7 @@ struct Measure {
     elapsed: Duration,
     p50: Duration,
     p99: Duration,
+    max: Duration,
 }
 
 impl Opts {
@@ -120,6 +121,7 @@ where
         elapsed,
         p50: percentile(&all, 0.5),
         p99: percentile(&all, 0.99),
+        max: all.last().copied().unwrap_or_default(),
     })
 }
 
@@ -147,14 +149,14 @@ where
     pairs.get(pairs.len() / 2).copied().context("no rounds")
 }
 
+/// A loader with the default settings, as users run it (0.1 s connect and 2.0 s I/O
+/// timeouts, breakers and hedging on).
 fn worker(cluster_url: Option<&str>) -> LoaderBuilder {
-    let mut b = Loader::builder().allow_internal(true);
-    if let Some(url) = cluster_url {
-        b = b
-            .shared_cache_url(url)
-            .shared_cache_io_timeout(Duration::from_millis(500));
+    let b = Loader::builder().allow_internal(true);
+    match cluster_url {
+        Some(url) => b.shared_cache_url(url),
+        None => b,
     }
-    b
 }
 
 fn serve(origin: &TestOrigin, prefix: &str, n: usize, body: &[u8]) -> Arc<Vec<String>> {
@@ -391,6 +393,7 @@ fn local_hit(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
             elapsed,
             p50: elapsed / ok as u32,
             p99: Duration::ZERO,
+            max: Duration::ZERO,
         }
     };
     let mut best_b: Option<Measure> = None;
@@ -437,6 +440,7 @@ fn time_calls(n: usize, op: &dyn Fn() -> bool) -> anyhow::Result<Measure> {
         elapsed,
         p50: percentile(&lat, 0.5),
         p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or_default(),
     })
 }
 
@@ -706,8 +710,13 @@ async fn outage_rows(
         ratio: Some(s.p99.as_secs_f64() / b.p99.as_secs_f64().max(1e-9)),
         target: "<= 1.20".into(),
         note: format!(
-            "breaker opened {}x, {} ops skipped",
-            stats.breaker_opens, stats.skipped
+            "max {} ms vs {} ms ({:.2}x); breaker opened {}x, {} ops skipped, {} SETs left to the background",
+            ms(s.max),
+            ms(b.max),
+            s.max.as_secs_f64() / b.max.as_secs_f64().max(1e-9),
+            stats.breaker_opens,
+            stats.skipped,
+            stats.set_backgrounded
         ),
     })
 }
@@ -723,28 +732,65 @@ async fn outage_refused(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row
 }
 
 async fn outage_hung(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
-    let cluster = RedisCluster::start(ClusterOptions::default())?;
-    let mut breaker = BreakerConfig::default();
-    breaker.cooldown = Duration::from_secs(5);
-    let broken = worker(Some(&cluster.url()))
-        .decoded_cache_entries(Some(0))
-        .shared_cache_breaker(breaker)
-        .build()?;
-    anyhow::ensure!(
-        broken.shared_cache().context("enabled")?.connect().await,
-        "cluster unreachable"
-    );
-    cluster.hang(0)?;
-    let row = outage_rows(
-        o,
-        origin,
-        "outage-hung (1 of 3 masters SIGSTOPped)",
-        broken,
-        "hung",
-    )
-    .await;
-    cluster.resume(0)?;
-    row.map(|r| vec![r])
+    let mut rows = Vec::new();
+    for slow in [false, true] {
+        let cluster = RedisCluster::start(ClusterOptions::default())?;
+        let broken = worker(Some(&cluster.url()))
+            .decoded_cache_entries(Some(0))
+            .build()?;
+        anyhow::ensure!(
+            broken.shared_cache().context("enabled")?.connect().await,
+            "cluster unreachable"
+        );
+        // Hung: SIGSTOPped for the whole row. Slow: stopped 300 ms of every 320 ms, so every
+        // command to it waits up to 300 ms.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cycler = slow.then(|| {
+            let (pid, stop) = (cluster.nodes[0].pid(), stop.clone());
+            std::thread::spawn(move || {
+                // Bounded: stops on the flag, and after 10 minutes whatever happens.
+                let started = Instant::now();
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(600)
+                {
+                    signal(pid, "-STOP");
+                    std::thread::sleep(Duration::from_millis(300));
+                    signal(pid, "-CONT");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                signal(pid, "-CONT");
+            })
+        });
+        if !slow {
+            cluster.hang(0)?;
+        }
+        let (name, prefix) = if slow {
+            (
+                "slow-node (1 of 3 masters answers after up to 300 ms)",
+                "slow",
+            )
+        } else {
+            ("outage-hung (1 of 3 masters SIGSTOPped)", "hung")
+        };
+        let row = outage_rows(o, origin, name, broken, prefix).await;
+        stop.store(true, Ordering::Relaxed);
+        if let Some(c) = cycler {
+            let _ = c.join();
+        }
+        if !slow {
+            cluster.resume(0)?;
+        }
+        rows.push(row?);
+    }
+    Ok(rows)
+}
+
+/// Sends `sig` to `pid` with `kill` (the test harness's way), ignoring failures.
+fn signal(pid: Option<u32>, sig: &str) {
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status();
+    }
 }
 
 async fn stampede(
@@ -809,6 +855,7 @@ async fn stampede(
             elapsed,
             p50: percentile(&lat, 0.5),
             p99: percentile(&lat, 0.99),
+            max: lat.last().copied().unwrap_or_default(),
         };
         rows.push(Row {
             scenario: format!(
@@ -856,6 +903,7 @@ async fn zipf(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
         elapsed,
         p50: percentile(&lat, 0.5),
         p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or_default(),
     };
     Ok(vec![Row {
         scenario: format!("zipf s=1.1, {loads} loads over {images_n} images, 4 loaders"),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use mmcache_loader::{Loader, Source};
+use mmcache_loader::{HedgeSettings, Loader, Source};
 use mmcache_test_support::forward::Forwarder;
 use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
@@ -18,19 +18,23 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 use crate::common::{self, Plan, Record, Summary, ms};
 use crate::svg::{self, Window};
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "node-kill",
     "new-addresses",
     "hung-node",
+    "slow-node",
     "cold-start",
     "corrupt-entries",
     "tls",
     "single-node",
 ];
 
-/// Shared-cache timeouts of the chaos fleet: every load waits at most GET + SET of these.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
-const IO_TIMEOUT: Duration = Duration::from_millis(500);
+/// The chaos fleet runs with the default settings, as users do (0.1 s connect, 2.0 s I/O
+/// timeouts, hedging on). A load whose cache node is hung or slow waits at most the hedge
+/// delay for its GET and again for its SET; this bound adds a margin for a loaded machine.
+fn hedged_bound() -> Duration {
+    HedgeSettings::default().max_delay * 2 + Duration::from_millis(500)
+}
 /// Bound on "shared hits resume after the cluster is healthy".
 const RECOVERY_BOUND: Duration = Duration::from_secs(10);
 const WORKERS: usize = 3;
@@ -82,9 +86,7 @@ impl Setup {
                 let mut b = Loader::builder()
                     .allow_internal(true)
                     .decoded_cache_entries(Some(0)) // every load exercises the shared cache
-                    .shared_cache_url(url.clone())
-                    .shared_cache_connect_timeout(CONNECT_TIMEOUT)
-                    .shared_cache_io_timeout(IO_TIMEOUT);
+                    .shared_cache_url(url.clone());
                 if let Some(ca) = cluster.ca_pem() {
                     b = b.shared_cache_tls_root_ca(ca);
                 }
@@ -378,8 +380,7 @@ fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
     let summary = base_checks(&result.records, &mut failed);
-    // A load does at most a GET and a SET, each bounded by connect + I/O timeouts.
-    let bound = (CONNECT_TIMEOUT + IO_TIMEOUT) * 2 + Duration::from_millis(500);
+    let bound = hedged_bound();
     check(
         &mut failed,
         summary.max <= bound,
@@ -401,6 +402,52 @@ fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
             from: hung,
             to: resumed,
             label: "master 0 hung".into(),
+        },
+    ))
+}
+
+/// 3b. A master answers every command late: stopped 300 ms of every 320 ms for the fault
+/// window (each command waits for the next wake-up), then at full speed again.
+fn slow_node(ctx: &Ctx) -> anyhow::Result<Report> {
+    let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
+    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
+    run.sleep_until(ctx.warmup());
+    let slow = run.event("master 0 slow: SIGSTOP 300 ms / SIGCONT 20 ms, repeated");
+    let mut cycles = 0;
+    // Bounded by the fault window and by a cycle count, whatever the clock does.
+    while run.now() < slow + ctx.fault() && cycles < 1000 {
+        setup.cluster.hang(0)?;
+        std::thread::sleep(Duration::from_millis(300));
+        setup.cluster.resume(0)?;
+        std::thread::sleep(Duration::from_millis(20));
+        cycles += 1;
+    }
+    let fast = run.event("master 0 at full speed");
+    let result = run.finish(ctx)?;
+    let mut failed = Vec::new();
+    let summary = base_checks(&result.records, &mut failed);
+    let bound = hedged_bound();
+    check(
+        &mut failed,
+        summary.max <= bound,
+        format!("a load took {:?}, bound {bound:?}", summary.max),
+    );
+    check(
+        &mut failed,
+        shared_between(&result.records, slow, fast) > 0,
+        "no shared hits from the healthy masters while master 0 was slow",
+    );
+    drop(setup);
+    Ok(report(
+        "slow-node",
+        result,
+        failed,
+        summary,
+        fast,
+        Window {
+            from: slow,
+            to: fast,
+            label: "master 0 slow (300 ms)".into(),
         },
     ))
 }
@@ -618,6 +665,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "node-kill" => node_kill(&ctx),
             "new-addresses" => new_addresses(&ctx),
             "hung-node" => hung_node(&ctx),
+            "slow-node" => slow_node(&ctx),
             "cold-start" => cold_start(&ctx),
             "corrupt-entries" => corrupt_entries(&ctx),
             "tls" => tls(&ctx),
