@@ -142,6 +142,16 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
         }
     };
     let mut out = vec![0u8; width * height * 3];
+    if (channels, sample) == (3, 1) && !reader.info().interlaced {
+        // 8-bit RGB, the common case: rows land in the output as they are.
+        for line in out.chunks_exact_mut(width * 3) {
+            reader
+                .read_row(line)
+                .map_err(|e| e.to_string())?
+                .ok_or("truncated: fewer rows than declared")?;
+        }
+        return Ok(out);
+    }
     let mut pass_rgb = Vec::new();
     let mut y = 0;
     while let Some(row) = reader.next_interlaced_row().map_err(|e| e.to_string())? {

@@ -17,6 +17,10 @@ pub const DEFAULT_DECODE_MEMORY_BYTES: u64 = 2 << 30;
 pub const DEFAULT_DECODE_WAIT: Duration = Duration::from_secs(30);
 /// Upper bound of [`Config::decode_wait`].
 const MAX_DECODE_WAIT: Duration = Duration::from_secs(3600);
+/// Upper bound of every timeout, cool-down and lease setting.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Upper bound of the shared-cache TTL: 365 days.
+const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Environment variable names.
 pub mod env {
@@ -47,7 +51,7 @@ pub mod env {
     pub const LIBTURBOJPEG: &str = "MMCACHE_LIBTURBOJPEG";
     /// Bytes all running decodes may hold together, integer > 0. Default 2 GiB.
     pub const DECODE_MEMORY_BYTES: &str = "MMCACHE_DECODE_MEMORY_BYTES";
-    /// Decodes running at once, integer > 0. Default: the number of CPUs.
+    /// Decodes running at once, integer > 0. Default: twice the number of CPUs.
     pub const DECODE_CONCURRENCY: &str = "MMCACHE_DECODE_CONCURRENCY";
     /// Longest wait for the decode budget, in seconds, > 0 and <= 3600. Default 30.
     pub const DECODE_WAIT_SECS: &str = "MMCACHE_DECODE_WAIT_SECS";
@@ -229,7 +233,7 @@ pub struct Config {
     pub libturbojpeg: Option<PathBuf>,
     /// Bytes all running decodes may hold together. Default 2 GiB.
     pub decode_memory_bytes: u64,
-    /// Decodes running at once. Default: the number of CPUs.
+    /// Decodes running at once. Default: twice the number of CPUs.
     pub decode_concurrency: usize,
     /// Longest wait for the decode budget. Default 30 s.
     pub decode_wait: Duration,
@@ -252,7 +256,7 @@ impl Default for Config {
             jpeg_decoder: JpegDecoderChoice::Auto,
             libturbojpeg: None,
             decode_memory_bytes: DEFAULT_DECODE_MEMORY_BYTES,
-            decode_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            decode_concurrency: default_decode_concurrency(),
             decode_wait: DEFAULT_DECODE_WAIT,
             origin_connect_timeout: mmcache_origin::DEFAULT_CONNECT_TIMEOUT,
             origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
@@ -418,6 +422,67 @@ impl Config {
                 return Err(ConfigError::invalid(name, "0", "a duration > 0"));
             }
         }
+        // Upper bounds: a finite but huge value (1e19 s) must be a start-up error, not an
+        // overflow in some later arithmetic; and Redis refuses absurd EX values.
+        let bounded = [
+            (
+                env::SHARED_TTL_SECS,
+                self.shared.ttl,
+                MAX_TTL,
+                "at most 31536000 (365 days)",
+            ),
+            (
+                env::SHARED_CONNECT_TIMEOUT_SECS,
+                self.shared.connect_timeout,
+                MAX_TIMEOUT,
+                "at most 3600 seconds",
+            ),
+            (
+                env::SHARED_IO_TIMEOUT_SECS,
+                self.shared.io_timeout,
+                MAX_TIMEOUT,
+                "at most 3600 seconds",
+            ),
+            (
+                env::ORIGIN_CONNECT_TIMEOUT_SECS,
+                self.origin_connect_timeout,
+                MAX_TIMEOUT,
+                "at most 3600 seconds",
+            ),
+            (
+                env::ORIGIN_TIMEOUT_SECS,
+                self.origin_timeout,
+                MAX_TIMEOUT,
+                "at most 3600 seconds",
+            ),
+            (
+                env::SHARED_BREAKER_COOLDOWN_MS,
+                self.shared.breaker.cooldown,
+                MAX_TIMEOUT,
+                "at most 3600000 ms",
+            ),
+            (
+                env::SHARED_LEASE_TTL_MS,
+                self.shared.lease.ttl,
+                MAX_TIMEOUT,
+                "at most 3600000 ms",
+            ),
+            (
+                env::SHARED_LEASE_WAIT_MS,
+                self.shared.lease.wait,
+                MAX_TIMEOUT,
+                "at most 3600000 ms",
+            ),
+        ];
+        for (name, d, max, expected) in bounded {
+            if d > max {
+                return Err(ConfigError::invalid(
+                    name,
+                    &format!("{}", d.as_secs_f64()),
+                    expected,
+                ));
+            }
+        }
         if self.max_file_size_bytes == 0 {
             return Err(ConfigError::invalid(
                 env::MAX_FILE_SIZE_MB,
@@ -469,6 +534,13 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Two decodes per CPU: with exactly one, every hand-off between a finished decode and the
+/// next leaves a core idle for a moment (measured: 40 % less shared-hit throughput for 97 KiB
+/// JPEGs at concurrency 16 on 2 cores). Memory is bounded by the budget, not by this.
+fn default_decode_concurrency() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn parse_flag(name: &'static str, v: &str) -> Result<bool, ConfigError> {
@@ -731,5 +803,41 @@ mod tests {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name) && err.contains(value), "{err}");
         }
+    }
+
+    #[test]
+    fn huge_durations_are_startup_errors_naming_the_variable() {
+        for (name, value) in [
+            (env::SHARED_IO_TIMEOUT_SECS, "1e19"),
+            (env::SHARED_CONNECT_TIMEOUT_SECS, "3601"),
+            (env::ORIGIN_TIMEOUT_SECS, "1e10"),
+            (env::ORIGIN_CONNECT_TIMEOUT_SECS, "86400"),
+            (env::SHARED_TTL_SECS, "31536001"),
+            (env::SHARED_TTL_SECS, "18446744073709551615"),
+            (env::SHARED_LEASE_TTL_MS, "3600001"),
+            (env::SHARED_LEASE_WAIT_MS, "18446744073709551615"),
+            (env::SHARED_BREAKER_COOLDOWN_MS, "99999999999"),
+        ] {
+            let err = with(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{name}={value}: {err}");
+        }
+        // The largest accepted values build a loader whose arithmetic does not overflow.
+        let c = with(&[
+            (env::SHARED_IO_TIMEOUT_SECS, "3600"),
+            (env::SHARED_CONNECT_TIMEOUT_SECS, "3600"),
+            (env::SHARED_TTL_SECS, "31536000"),
+        ])
+        .unwrap();
+        assert_eq!(c.shared.io_timeout, Duration::from_secs(3600));
+        // And the builder is held to the same rules.
+        let err = crate::Loader::builder()
+            .shared_cache_url("redis://127.0.0.1:1")
+            .shared_cache_io_timeout(Duration::MAX)
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(env::SHARED_IO_TIMEOUT_SECS),
+            "{err}"
+        );
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// GET latencies kept for the median.
 const SAMPLES: usize = 128;
 /// The delay is this many times the median GET latency (before the clamp).
-const MEDIAN_MULTIPLE: u64 = 4;
+const MEDIAN_MULTIPLE: u64 = 8;
 /// Hedge tokens earned per GET, in thousandths: one hedge for every two GETs.
 const EARN_PER_GET: u64 = 500;
 /// Most hedges that may run back to back (thousandths of a token, like the balance).
@@ -55,6 +55,24 @@ pub(crate) struct Hedge {
     delay_us: AtomicU64,
     /// Hedge tokens, in thousandths.
     tokens: AtomicU64,
+    answered: AtomicU64,
+    hedged: AtomicU64,
+    over_budget: AtomicU64,
+}
+
+/// Counts of a loader's hedging, for tests, benchmarks and dashboards (the `metrics` facade
+/// has the process-wide view).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HedgeStats {
+    /// GETs that answered and were timed.
+    pub answered_gets: u64,
+    /// Origin fetches started beside a slow GET.
+    pub hedged: u64,
+    /// Slow GETs not hedged because the budget was spent.
+    pub over_budget: u64,
+    /// The current hedge delay.
+    pub delay: Duration,
 }
 
 impl Hedge {
@@ -65,6 +83,9 @@ impl Hedge {
             next: AtomicU64::new(0),
             delay_us: AtomicU64::new(micros(settings.min_delay)),
             tokens: AtomicU64::new(BURST),
+            answered: AtomicU64::new(0),
+            hedged: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
         }
     }
 
@@ -86,6 +107,7 @@ impl Hedge {
     /// budget, and every [`SAMPLES`] / 4 GETs recomputes the delay.
     pub(crate) fn observe(&self, latency: Duration) {
         let us = u32::try_from(micros(latency)).unwrap_or(u32::MAX).max(1);
+        self.answered.fetch_add(1, Ordering::Relaxed);
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.samples[(n as usize) % SAMPLES].store(us, Ordering::Relaxed);
         let _ = self
@@ -119,11 +141,28 @@ impl Hedge {
 
     /// Takes one hedge from the budget; false when it is spent.
     pub(crate) fn try_take(&self) -> bool {
-        self.tokens
+        let taken = self
+            .tokens
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 t.checked_sub(COST)
             })
-            .is_ok()
+            .is_ok();
+        let counter = if taken {
+            &self.hedged
+        } else {
+            &self.over_budget
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        taken
+    }
+
+    pub(crate) fn stats(&self) -> HedgeStats {
+        HedgeStats {
+            answered_gets: self.answered.load(Ordering::Relaxed),
+            hedged: self.hedged.load(Ordering::Relaxed),
+            over_budget: self.over_budget.load(Ordering::Relaxed),
+            delay: self.delay(),
+        }
     }
 }
 
@@ -139,16 +178,16 @@ mod tests {
     fn the_delay_follows_the_median_within_its_clamp() {
         let h = Hedge::new(HedgeSettings::default());
         assert_eq!(h.delay(), Duration::from_millis(20));
-        // A healthy majority at 1 ms and a third of GETs at 300 ms: 4 x median = 4 ms, so
+        // A healthy majority at 1 ms and a third of GETs at 300 ms: 8 x median = 8 ms, so
         // the floor holds.
         for i in 0..SAMPLES * 2 {
             let ms = if i % 3 == 0 { 300 } else { 1 };
             h.observe(Duration::from_millis(ms));
         }
         assert_eq!(h.delay(), Duration::from_millis(20));
-        // Every GET at 30 ms: 120 ms.
+        // Every GET at 15 ms: 120 ms.
         for _ in 0..SAMPLES * 2 {
-            h.observe(Duration::from_millis(30));
+            h.observe(Duration::from_millis(15));
         }
         assert_eq!(h.delay(), Duration::from_millis(120));
         // Every GET at a second: the cap.

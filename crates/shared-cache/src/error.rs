@@ -14,8 +14,11 @@ pub enum Error {
     /// The URL could not be parsed by the client (details withheld: they would echo it).
     #[error("shared cache URL is invalid")]
     InvalidUrl,
-    /// A timeout or TTL that is zero, negative or not finite.
-    #[error("{name} must be a finite duration greater than zero")]
+    /// A timeout or TTL that is zero or over its bound ([`crate::MAX_TTL`],
+    /// [`crate::MAX_TIMEOUT`]).
+    #[error(
+        "{name} must be greater than zero and within its bound (TTL 365 days, timeouts 1 hour)"
+    )]
     Duration {
         /// Which setting.
         name: &'static str,

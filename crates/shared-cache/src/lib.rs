@@ -202,7 +202,7 @@ impl SharedCacheConfig {
 
     /// The longest any one operation may take: connect timeout plus response timeout.
     pub fn op_deadline(&self) -> Duration {
-        self.connect_timeout + self.io_timeout
+        self.connect_timeout.saturating_add(self.io_timeout)
     }
 }
 
@@ -298,8 +298,14 @@ impl std::fmt::Debug for SharedCache {
     }
 }
 
-fn check_duration(name: &'static str, d: Duration) -> Result<()> {
-    if d.is_zero() {
+/// Longest TTL accepted: 365 days (Redis refuses `EX` values past its own, larger, bound;
+/// refusing here keeps a bad setting from failing every SET later).
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Longest connect or response timeout accepted: an hour.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+fn check_duration(name: &'static str, d: Duration, max: Duration) -> Result<()> {
+    if d.is_zero() || d > max {
         return Err(Error::Duration { name });
     }
     Ok(())
@@ -316,9 +322,9 @@ impl SharedCache {
         if !(config.url.starts_with("redis://") || config.url.starts_with("rediss://")) {
             return Err(Error::Scheme);
         }
-        check_duration("ttl", config.ttl)?;
-        check_duration("connect_timeout", config.connect_timeout)?;
-        check_duration("io_timeout", config.io_timeout)?;
+        check_duration("ttl", config.ttl, MAX_TTL)?;
+        check_duration("connect_timeout", config.connect_timeout, MAX_TIMEOUT)?;
+        check_duration("io_timeout", config.io_timeout, MAX_TIMEOUT)?;
         install_crypto_provider();
         let mut builder = ClusterClient::builder(vec![config.url.as_str()])
             .connection_timeout(config.connect_timeout)
@@ -336,7 +342,7 @@ impl SharedCache {
             }
             _ => Error::InvalidUrl,
         })?;
-        let ttl_secs = config.ttl.as_secs() + u64::from(config.ttl.subsec_nanos() > 0);
+        let ttl_secs = config.ttl.as_secs() + u64::from(config.ttl.subsec_nanos() > 0); // <= MAX_TTL
         let warn = warn::WarnLimiter::new(config.clock.clone(), WARN_INTERVAL);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -792,7 +798,8 @@ impl SharedCache {
     fn spawn_connect(&self) {
         let inner = self.inner.clone();
         // Discovery: connect to the endpoint, read the slot map, connect to the masters.
-        let budget = inner.config.connect_timeout * 2 + inner.config.io_timeout * 2;
+        // Saturating: a config built by hand may hold any duration (the loader bounds its own).
+        let budget = inner.config.op_deadline().saturating_mul(2);
         tokio::spawn(async move {
             let result = tokio::time::timeout(budget, inner.client.get_async_connection()).await;
             {

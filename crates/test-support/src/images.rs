@@ -41,6 +41,37 @@ pub fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
     out
 }
 
+/// A photo-like image: smooth gradients and a ring with mild noise. It compresses like a
+/// photograph, unlike [`pattern`], whose high-frequency detail makes a JPEG mostly entropy
+/// coding.
+pub fn photo(width: u32, height: u32, seed: u32) -> RgbImage {
+    let mut state = u64::from(seed) | 1;
+    let (w, h) = (f64::from(width.max(1)), f64::from(height.max(1)));
+    RgbImage::from_fn(width, height, |x, y| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let noise = (state % 13) as f64 - 6.0;
+        let (fx, fy) = (f64::from(x) / w, f64::from(y) / h);
+        let ring = (((fx - 0.5).hypot(fy - 0.5) * 24.0).sin() + 1.0) * 60.0;
+        let c = |v: f64| (v + noise).clamp(0.0, 255.0) as u8;
+        Rgb([
+            c(fx * 200.0 + ring / 4.0),
+            c(fy * 180.0 + 30.0),
+            c(ring + 40.0),
+        ])
+    })
+}
+
+/// A JPEG (quality 90) of [`photo`].
+pub fn photo_jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+        .encode_image(&photo(width, height, seed))
+        .expect("encode test jpeg");
+    out
+}
+
 /// A lossless WebP of the pattern.
 pub fn webp(width: u32, height: u32, seed: u32) -> Vec<u8> {
     encode(
