@@ -764,7 +764,8 @@ impl Inner {
 
     /// On a miss, one worker of the fleet takes the lease and fills the entry; the others poll
     /// for it with backoff, bounded by the lease wait, then fetch from the origin themselves.
-    /// Any lease failure falls back to the origin.
+    /// A waiter that finds the lease released or expired (its holder failed or died) takes it
+    /// over at once. Any lease failure falls back to the origin.
     async fn fill_with_lease(
         &self,
         shared: &SharedCache,
@@ -772,59 +773,77 @@ impl Inner {
         url: &str,
     ) -> Outcome {
         let lease = self.config.shared.lease;
-        match shared.try_lease(identity, lease.ttl).await {
-            LeaseOutcome::Won(token) => {
-                record_lease("won");
-                let result = async {
-                    // The previous holder may have filled the entry and released the lease
-                    // between our GET and our lease: look once more before the origin.
-                    match self.get_or_hedge(shared, identity, url).await {
-                        Raced::Hit(hit) => return Ok(hit),
-                        Raced::Origin(fetched) => {
-                            return self.stored(shared, identity, fetched?).await;
-                        }
-                        Raced::Cache(Some(bytes), _) => {
-                            if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
-                                return Ok(hit);
-                            }
-                        }
-                        Raced::Cache(None, _) => {}
-                    }
-                    self.fill_from_origin(shared, identity, url).await
+        let deadline = Instant::now() + lease.wait;
+        let mut pause = Duration::from_millis(5);
+        let mut waited = false;
+        loop {
+            match shared.try_lease(identity, lease.ttl).await {
+                LeaseOutcome::Won(token) => {
+                    record_lease(if waited { "took_over" } else { "won" });
+                    return self
+                        .fill_as_lease_holder(shared, identity, url, token)
+                        .await;
                 }
-                .await;
-                // Released whatever happened: after a failure the waiters take over at once
-                // instead of sleeping out the lease. With write-behind the entry lands a
-                // little later; waiters keep polling for it.
-                shared.release_lease(identity, token).await;
-                result
+                LeaseOutcome::Held => {}
+                _ => {
+                    record_lease("error");
+                    return self.fill_from_origin(shared, identity, url).await;
+                }
             }
-            LeaseOutcome::Held => {
-                let deadline = Instant::now() + lease.wait;
-                let mut pause = Duration::from_millis(5);
-                while Instant::now() + pause < deadline {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                    let (cached, outcome) = shared.get_with_outcome(identity).await;
-                    if let Some(bytes) = cached {
-                        if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
-                            record_lease("waited_hit");
-                            return Ok(hit);
-                        }
-                        break;
-                    }
-                    if outcome != GetOutcome::Miss {
-                        break; // the cache failed: stop waiting on it
-                    }
-                }
+            // Held by another worker: wait a little, then look for its entry.
+            if Instant::now() + pause >= deadline {
                 record_lease("waited_timeout");
-                self.fill_from_origin(shared, identity, url).await
+                return self.fill_from_origin(shared, identity, url).await;
             }
-            _ => {
-                record_lease("error");
-                self.fill_from_origin(shared, identity, url).await
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+            waited = true;
+            let (cached, outcome) = shared.get_with_outcome(identity).await;
+            if let Some(bytes) = cached {
+                if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                    record_lease("waited_hit");
+                    return Ok(hit);
+                }
+                return self.fill_from_origin(shared, identity, url).await;
             }
+            if outcome != GetOutcome::Miss {
+                return self.fill_from_origin(shared, identity, url).await; // the cache failed
+            }
+            // Still a miss: try the lease again (taken over if its holder let it go).
         }
+    }
+
+    /// The lease holder: looks once more (the previous holder may have filled the entry and
+    /// released the lease between our GET and our lease), fills from the origin, and releases
+    /// the lease, so after a failure the waiters take over at once instead of sleeping out
+    /// the lease.
+    async fn fill_as_lease_holder(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+        token: u64,
+    ) -> Outcome {
+        let result = async {
+            match self.get_or_hedge(shared, identity, url).await {
+                Raced::Hit(hit) => return Ok(hit),
+                Raced::Origin(fetched) => return self.stored(shared, identity, fetched?).await,
+                Raced::Cache(Some(bytes), _) => {
+                    if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                        return Ok(hit);
+                    }
+                }
+                Raced::Cache(None, _) => {}
+            }
+            self.fill_from_origin(shared, identity, url).await
+        }
+        .await;
+        // With write-behind the entry lands a little after the load returns: keep the lease
+        // (it expires) so waiters poll for the entry instead of taking over and fetching again.
+        if result.is_err() || !self.config.shared.write_behind.enabled {
+            shared.release_lease(identity, token).await;
+        }
+        result
     }
 
     async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {

@@ -30,7 +30,8 @@ pub const SHARED_OVERSIZED: &str = "mmcache_shared_cache_oversized_total";
 /// Hedged shared-cache GETs by `outcome`: `origin_won` (the origin answered first),
 /// `cache_won` (a late hit decoded first), `over_budget` (no hedge: the budget was spent).
 pub const HEDGES: &str = "mmcache_shared_cache_hedges_total";
-/// Stampede leases by `outcome` (`won`, `waited_hit`, `waited_timeout`, `error`).
+/// Stampede leases by `outcome` (`won`, `took_over` (a waiter took a released or expired
+/// lease), `waited_hit`, `waited_timeout`, `error`).
 pub const LEASES: &str = "mmcache_shared_cache_lease_total";
 /// Decoded-cache entries (gauge).
 pub const DECODED_CACHE_ENTRIES: &str = "mmcache_decoded_cache_entries";

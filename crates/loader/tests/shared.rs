@@ -326,6 +326,47 @@ async fn a_hung_master_costs_at_most_the_timeouts() {
     assert!(took < Duration::from_millis(2 * 800 + 700), "took {took:?}");
 }
 
+#[tokio::test]
+async fn a_waiter_takes_over_a_released_lease_at_once() {
+    if !require_redis("a_waiter_takes_over_a_released_lease_at_once") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    origin.set("/t.png", Route::ok(images::png(8, 8, 2)));
+    let url = origin.url("/t.png");
+    // Another worker holds the lease, and gives it up (its origin fetch failed) 200 ms later.
+    let lease = mmcache_loader::shared_cache::lease_key(&CacheIdentity::unscoped(&url));
+    cluster
+        .set_raw(&lease, b"failing-worker", Some(60))
+        .unwrap();
+    let mut settings = mmcache_loader::LeaseSettings::default();
+    settings.enabled = true;
+    settings.wait = Duration::from_secs(20);
+    let loader = worker(&cluster.url())
+        .shared_cache_lease(settings)
+        .build()
+        .unwrap();
+    let load = tokio::spawn({
+        let (loader, url) = (loader.clone(), url.clone());
+        async move {
+            let started = std::time::Instant::now();
+            let loaded = loader.load_detailed(&url, None).await;
+            (loaded, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.cli_cluster(&["DEL", &lease]).unwrap();
+    let (loaded, took) = load.await.unwrap();
+    assert_eq!(loaded.unwrap().source, Source::Origin);
+    // It took the lease over instead of sleeping out the 20 s wait.
+    assert!(took < settings.wait / 4, "took {took:?}");
+    assert_eq!(origin.hits("/t.png"), 1);
+    // And released it after filling the entry.
+    assert_eq!(cluster.get_raw(&lease).unwrap(), None);
+    assert!(cluster.get_raw(&key_for(&url)).unwrap().is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_default_timeouts_a_hung_master_is_hedged_not_waited_for() {
     if !require_redis("with_default_timeouts_a_hung_master_is_hedged_not_waited_for") {

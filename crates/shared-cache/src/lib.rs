@@ -576,13 +576,20 @@ impl SharedCache {
         }
     }
 
-    /// Gives the lease back once the entry is filled (best effort: it expires anyway).
-    pub async fn release_lease(&self, identity: &CacheIdentity, _token: u64) {
+    /// Gives the lease back (best effort: it expires anyway), only if it is still this
+    /// holder's: a holder whose fill outlived the lease TTL must not delete the next holder's
+    /// lease. A compare-and-delete script (`GET` = token, then `DEL`), which Redis, Valkey and
+    /// Dragonfly all run.
+    pub async fn release_lease(&self, identity: &CacheIdentity, token: u64) {
+        const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
         let key = lease_key(identity);
         let _ = self
             .run("lease", &key, |mut conn, key| async move {
-                redis::cmd("DEL")
+                redis::cmd("EVAL")
+                    .arg(RELEASE)
+                    .arg(1)
                     .arg(key)
+                    .arg(token.to_string())
                     .query_async::<i64>(&mut conn)
                     .await
             })

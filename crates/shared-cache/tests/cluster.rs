@@ -435,3 +435,37 @@ async fn breaker_isolates_a_hung_master_and_closes_after_it_resumes() {
         mmcache_shared_cache::BreakerState::Closed
     );
 }
+
+#[tokio::test]
+async fn a_lease_is_released_only_by_its_holder() {
+    if !require_redis("a_lease_is_released_only_by_its_holder") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let cache = cache(cluster.url());
+    let ident = id(7);
+    let key = mmcache_shared_cache::lease_key(&ident);
+    let ttl = Duration::from_secs(30);
+    let mmcache_shared_cache::LeaseOutcome::Won(first) = cache.try_lease(&ident, ttl).await else {
+        panic!("the first lease is won");
+    };
+    assert_eq!(
+        cache.try_lease(&ident, ttl).await,
+        mmcache_shared_cache::LeaseOutcome::Held
+    );
+    // The first holder's fill outlived its lease; the next holder took it.
+    cluster.set_raw(&key, b"next-holder", Some(30)).unwrap();
+    cache.release_lease(&ident, first).await;
+    assert_eq!(
+        cluster.get_raw(&key).unwrap().as_deref(),
+        Some(&b"next-holder"[..]),
+        "a stale holder must not delete the next holder's lease"
+    );
+    // Its own lease, it releases.
+    cluster.cli_cluster(&["DEL", &key]).unwrap();
+    let mmcache_shared_cache::LeaseOutcome::Won(second) = cache.try_lease(&ident, ttl).await else {
+        panic!("free again");
+    };
+    cache.release_lease(&ident, second).await;
+    assert_eq!(cluster.get_raw(&key).unwrap(), None);
+}
