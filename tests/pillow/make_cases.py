@@ -12,7 +12,10 @@ fixed seed, so every run writes the same files.
 import io
 import os
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 
 from PIL import Image, ImageFile, features
 
@@ -88,6 +91,33 @@ def main(out):
         save(f"gif-transparent-{w}x{h}", "gif", pal, format="GIF", transparency=3)
         save(f"gif-animated-{w}x{h}", "gif", im, format="GIF", save_all=True,
              append_images=[second], duration=100)
+
+    # Layouts Pillow cannot write, made by libjpeg-turbo's cjpeg when it is installed
+    # (`cargo xtask test` installs it): odd sampling factors, restart markers, non-interleaved
+    # scans, arithmetic coding, a custom progressive script.
+    if shutil.which("cjpeg"):
+        with tempfile.TemporaryDirectory() as tmp:
+            ppm = os.path.join(tmp, "in.ppm")
+            base(67, 45, 11).save(ppm)
+            scans = os.path.join(tmp, "scans.txt")
+            with open(scans, "w") as f:
+                f.write("0;\n1;\n2;\n")
+            variants = {
+                "sample-h4v2": ["-sample", "4x2,1x1,1x1"],
+                "sample-h1v4": ["-sample", "1x4,1x1,1x1"],
+                "sample-h2v1-h1v2": ["-sample", "2x1,1x2,1x1"],
+                "sample-h3v1": ["-sample", "3x1,1x1,1x1"],
+                "restart-1-block": ["-restart", "1B"],
+                "restart-2-rows": ["-restart", "2"],
+                "non-interleaved": ["-scans", scans],
+                "arithmetic": ["-arithmetic"],
+                "arithmetic-progressive": ["-arithmetic", "-progressive"],
+                "grey-sample-h2v2": ["-grayscale", "-sample", "2x2"],
+            }
+            for name, args in variants.items():
+                data = subprocess.run(["cjpeg", "-quality", "85", *args, ppm],
+                                      check=True, capture_output=True).stdout
+                add(f"jpeg-cjpeg-{name}", "jpg", data)
 
     # EXIF orientation 6 (rotate 90): Pillow's Image.open does not apply it, nor do we.
     exif = Image.Exif()

@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 5] = [
+const PREREQUISITES: [(&str, &str); 6] = [
     ("command -v redis-server", "redis-server"),
     ("command -v redis-cli", "redis-tools"),
     ("command -v openssl", "openssl"),
@@ -15,6 +15,8 @@ const PREREQUISITES: [(&str, &str); 5] = [
         "libturbojpeg0",
     ),
     ("python3 -c 'import ensurepip, venv'", "python3-venv"),
+    // cjpeg writes the JPEG layouts Pillow cannot (odd sampling, arithmetic) for the parity test.
+    ("command -v cjpeg", "libjpeg-turbo-progs"),
 ];
 
 /// The virtual environment holding the Python packages of tests/requirements.txt.

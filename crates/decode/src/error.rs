@@ -21,6 +21,16 @@ pub enum Error {
         /// What the decoder said.
         reason: String,
     },
+    /// A valid image that this decoder cannot decode (12-bit or lossless JPEG on
+    /// libjpeg-turbo 2, arithmetic coding in the pure-Rust decoder, an unusual layout), or a
+    /// failure of the decoder itself. Another worker may decode it: a cache keeps it.
+    #[error("unsupported {format} image: {reason}")]
+    UnsupportedFeature {
+        /// The sniffed format.
+        format: &'static str,
+        /// What is not supported.
+        reason: String,
+    },
     /// The header announces more pixels than allowed; nothing was decoded.
     #[error("image of {width}x{height} exceeds the {limit}-pixel limit")]
     TooManyPixels {
@@ -44,7 +54,10 @@ impl Error {
     pub fn http_status(&self) -> u16 {
         match self {
             Self::TooManyPixels { .. } | Self::LimitExceeded => 413,
-            Self::Empty | Self::Unsupported | Self::Invalid { .. } => 415,
+            Self::Empty
+            | Self::Unsupported
+            | Self::Invalid { .. }
+            | Self::UnsupportedFeature { .. } => 415,
             Self::JpegDecoderUnavailable(_) => 500,
         }
     }
@@ -53,6 +66,7 @@ impl Error {
     /// corrupt or truncated): what a cache may delete. Limits are not: other workers may have
     /// other limits.
     pub fn is_not_an_image(&self) -> bool {
+        // UnsupportedFeature is deliberately absent: another decoder may read those bytes.
         matches!(self, Self::Empty | Self::Unsupported | Self::Invalid { .. })
     }
 

@@ -237,10 +237,7 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         return Err(Error::Empty);
     }
     let format = sniff(bytes).ok_or(Error::Unsupported)?;
-    let invalid = |reason: String| Error::Invalid {
-        format: format.as_str(),
-        reason,
-    };
+    let invalid = |reason: String| refusal(format, reason);
     let (width, height, headers, unbacked) = match format {
         ImageFormat::Jpeg => {
             let (h, unbacked) = jpeg::inspect(bytes).map_err(invalid)?;
@@ -358,23 +355,22 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedImage> {
 /// As [`decode`].
 pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Result<DecodedImage> {
     let format = probe.format;
-    let invalid = |reason: String| Error::Invalid {
-        format: format.as_str(),
-        reason,
-    };
+    let invalid = |reason: String| refusal(format, reason);
     let pixels = match probe.headers {
-        Headers::Jpeg(_) if limits.jpeg == JpegDecoder::LibjpegTurbo => {
+        Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => {
             let turbo = turbo::active().ok_or_else(|| {
                 Error::JpegDecoderUnavailable("libjpeg-turbo is not loaded".into())
             })?;
             turbo
-                .decode_rgb(bytes, probe.width, probe.height)
+                .decode_rgb(bytes, probe.width, probe.height, h.components == 4)
                 .map_err(|e| match e {
                     turbo::TurboError::Truncated(m) => invalid(format!("truncated: {m}")),
                     turbo::TurboError::Invalid(m) => invalid(m),
+                    turbo::TurboError::OutOfMemory => Error::LimitExceeded,
+                    turbo::TurboError::Unsupported(m) => invalid(format!("unsupported: {m}")),
                 })?
         }
-        Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes).map_err(invalid)?,
+        Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes)?,
         _ => decode_with_image(bytes, probe)?,
     };
     Ok(DecodedImage {
@@ -383,6 +379,21 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         format,
         pixels,
     })
+}
+
+/// A refusal with its reason: `unsupported: …` reasons are [`Error::UnsupportedFeature`]
+/// (the decoder's limit, not the bytes' fault), anything else [`Error::Invalid`].
+pub(crate) fn refusal(format: ImageFormat, reason: String) -> Error {
+    match reason.strip_prefix("unsupported: ") {
+        Some(what) => Error::UnsupportedFeature {
+            format: format.as_str(),
+            reason: what.to_owned(),
+        },
+        None => Error::Invalid {
+            format: format.as_str(),
+            reason,
+        },
+    }
 }
 
 /// The `image` crate's decoders (WebP, GIF, and JPEG through zune-jpeg), bounded by the
@@ -397,6 +408,10 @@ fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
     reader.limits(decoder_limits);
     let decoded: DynamicImage = reader.decode().map_err(|e| match e {
         image::ImageError::Limits(_) => Error::LimitExceeded,
+        image::ImageError::Unsupported(u) => Error::UnsupportedFeature {
+            format: format.as_str(),
+            reason: u.to_string(),
+        },
         other => Error::Invalid {
             format: format.as_str(),
             reason: other.to_string(),

@@ -12,8 +12,9 @@ pub(crate) struct JpegHeader {
     pub(crate) height: u32,
     /// Number of components: 1 (grey), 3 (YCbCr or RGB) or 4 (CMYK or YCCK).
     pub(crate) components: u8,
-    /// Progressive: the decoder holds every coefficient of the image at once.
-    pub(crate) progressive: bool,
+    /// Progressive, or sequential with more than one scan (a first scan that does not name
+    /// every component): libjpeg then holds every coefficient of the image at once.
+    pub(crate) buffered: bool,
     /// Blocks of all components, padded to whole MCUs (what a coefficient buffer holds).
     pub(crate) padded_blocks: u64,
 }
@@ -24,7 +25,7 @@ impl JpegHeader {
     pub(crate) fn decode_bytes(&self) -> u64 {
         let pixels = u64::from(self.width) * u64::from(self.height);
         let out = pixels * if self.components == 4 { 4 } else { 3 };
-        let coefficients = if self.progressive {
+        let coefficients = if self.buffered {
             self.padded_blocks * 128
         } else {
             0
@@ -66,6 +67,7 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
     let mut components: Vec<Component> = Vec::new();
     let mut coded_bytes: u64 = 0;
     let mut scans = 0u32;
+    let mut first_scan_components = 0usize;
     let mut ended = false;
     while at < bytes.len() {
         if bytes[at] != 0xff {
@@ -101,16 +103,16 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
                 return Err("short frame header".into());
             }
             if segment[0] != 8 {
-                return Err(format!("{}-bit samples are not supported", segment[0]));
+                return Err(format!("unsupported: {}-bit samples", segment[0]));
             }
             let height = be16(segment, 1).unwrap_or(0) as u32;
             let width = be16(segment, 3).unwrap_or(0) as u32;
             let count = usize::from(segment[5]);
             if height == 0 || width == 0 {
-                return Err("zero-sized frame (DNL is not supported)".into());
+                return Err("unsupported: zero height in the frame header (DNL)".into());
             }
             if !matches!(count, 1 | 3 | 4) || segment.len() < 6 + 3 * count {
-                return Err(format!("{count} components are not supported"));
+                return Err(format!("unsupported: {count} components"));
             }
             for c in segment[6..6 + 3 * count].chunks_exact(3) {
                 let (h, v) = (c[1] >> 4, c[1] & 0x0f);
@@ -142,6 +144,9 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
                     .find(|c| c.id == sel[0])
                     .ok_or("scan names an unknown component")?;
                 c.covered |= gives_dc;
+            }
+            if scans == 0 {
+                first_scan_components = count;
             }
             scans += 1;
             // Skip the entropy-coded data: it ends at the first marker that is neither a
@@ -200,7 +205,7 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
         width,
         height,
         components: components.len() as u8,
-        progressive,
+        buffered: progressive || first_scan_components < components.len(),
         padded_blocks,
     };
     Ok((header, unbacked))
@@ -224,7 +229,7 @@ mod tests {
         let (h, unbacked) = inspect(&jpeg).unwrap();
         assert_eq!(unbacked, None);
         assert_eq!((h.width, h.height, h.components), (64, 48, 3));
-        assert!(!h.progressive);
+        assert!(!h.buffered);
         // Cut anywhere after the scan starts: refused.
         let sos = jpeg.windows(2).position(|w| w == [0xff, 0xda]).unwrap();
         assert!(inspect(&jpeg[..sos + 20]).is_err());

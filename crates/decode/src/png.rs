@@ -9,6 +9,9 @@ use std::io::Cursor;
 
 use png::{BitDepth, ColorType, Transformations};
 
+use crate::error::Error;
+use crate::image::{ImageFormat, refusal};
+
 /// What the chunks of a PNG say, before decoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PngHeader {
@@ -92,7 +95,11 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(PngHeader, Option<String>), Strin
 /// Decodes to RGB8 as Pillow's `Image.open(b).convert("RGB")` does: palettes and low bit
 /// depths expanded, alpha dropped (never composited), 16-bit samples reduced as Pillow reads
 /// them (the high byte for RGB, RGBA and grey+alpha; grey is clipped at 255, Pillow's `I;16`).
-pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Result<Vec<u8>, Error> {
+    let failed = |e: png::DecodingError| match e {
+        png::DecodingError::LimitsExceeded => Error::LimitExceeded,
+        other => refusal(ImageFormat::Png, other.to_string()),
+    };
     let limits = png::Limits {
         bytes: usize::try_from(memory).unwrap_or(usize::MAX),
     };
@@ -100,7 +107,7 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
     decoder.set_ignore_text_chunk(true);
     decoder.set_ignore_iccp_chunk(true);
     decoder.set_transformations(Transformations::EXPAND);
-    let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
+    let mut reader = decoder.read_info().map_err(failed)?;
     let (width, height) = (header.width as usize, header.height as usize);
     let source_color = reader.info().color_type;
     let (color, depth) = reader.output_color_type();
@@ -147,19 +154,19 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
         for line in out.chunks_exact_mut(width * 3) {
             reader
                 .read_row(line)
-                .map_err(|e| e.to_string())?
-                .ok_or("truncated: fewer rows than declared")?;
+                .map_err(failed)?
+                .ok_or_else(|| refusal(ImageFormat::Png, "truncated: fewer rows".into()))?;
         }
         return Ok(out);
     }
     let mut pass_rgb = Vec::new();
     let mut y = 0;
-    while let Some(row) = reader.next_interlaced_row().map_err(|e| e.to_string())? {
+    while let Some(row) = reader.next_interlaced_row().map_err(failed)? {
         match row.interlace() {
             png::InterlaceInfo::Null(_) => {
                 let line = out
                     .get_mut(y * width * 3..(y + 1) * width * 3)
-                    .ok_or("more rows than declared")?;
+                    .ok_or_else(|| refusal(ImageFormat::Png, "more rows than declared".into()))?;
                 convert(row.data(), line);
                 y += 1;
             }
@@ -170,9 +177,6 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
                 png::expand_interlaced_row(&mut out, width * 3, &pass_rgb, info, 24);
             }
         }
-    }
-    if y != 0 && y != height {
-        return Err("truncated: fewer rows than declared".into());
     }
     Ok(out)
 }

@@ -18,8 +18,6 @@ type Handle = *mut c_void;
 
 const TJPF_RGB: c_int = 0;
 const TJPF_CMYK: c_int = 11;
-const TJCS_CMYK: c_int = 3;
-const TJCS_YCCK: c_int = 4;
 const TJERR_WARNING: c_int = 0;
 /// Refuse progressive files with more than 500 scans (a CPU bomb; real files have ~10).
 const TJFLAG_LIMITSCANS: c_int = 32768;
@@ -36,15 +34,6 @@ const NAMES: [&str; 4] = [
 pub(crate) struct Turbo {
     path: PathBuf,
     init: unsafe extern "C" fn() -> Handle,
-    header: unsafe extern "C" fn(
-        Handle,
-        *const u8,
-        c_ulong,
-        *mut c_int,
-        *mut c_int,
-        *mut c_int,
-        *mut c_int,
-    ) -> c_int,
     decompress: unsafe extern "C" fn(
         Handle,
         *const u8,
@@ -100,7 +89,6 @@ fn open(path: &Path) -> Result<Turbo, String> {
         Ok(Turbo {
             path: path.to_owned(),
             init: *library.get(b"tjInitDecompress\0").map_err(fail)?,
-            header: *library.get(b"tjDecompressHeader3\0").map_err(fail)?,
             decompress: *library.get(b"tjDecompress2\0").map_err(fail)?,
             error_str: *library.get(b"tjGetErrorStr2\0").map_err(fail)?,
             error_code: *library.get(b"tjGetErrorCode\0").map_err(fail)?,
@@ -112,16 +100,23 @@ fn open(path: &Path) -> Result<Turbo, String> {
 
 static SELECTED: OnceLock<&'static Turbo> = OnceLock::new();
 
-/// Makes the library from `path` (or the usual names) the one decodes use. The first library
-/// selected in a process stays selected.
+/// Makes the library from `path` (or the usual names) the one decodes use. A process uses
+/// one libturbojpeg: asking for another path once one is selected is an error.
 pub(crate) fn select(path: Option<&Path>) -> Result<&'static Turbo, String> {
-    if let Some(t) = SELECTED.get()
-        && path.is_none_or(|p| p == t.path())
-    {
-        return Ok(t);
+    let selected = match SELECTED.get() {
+        Some(t) => *t,
+        None => {
+            let t = load(path)?;
+            *SELECTED.get_or_init(|| t)
+        }
+    };
+    match path {
+        Some(p) if p != selected.path() => Err(format!(
+            "libturbojpeg is already loaded from {}; a process uses one",
+            selected.path().display()
+        )),
+        _ => Ok(selected),
     }
-    let t = load(path)?;
-    Ok(SELECTED.get_or_init(|| t))
 }
 
 /// The selected library, else the usual names if one loads.
@@ -134,8 +129,26 @@ pub(crate) fn active() -> Option<&'static Turbo> {
 pub(crate) enum TurboError {
     /// The data ends before the image does (a scan cut short, or no more data).
     Truncated(String),
-    /// Anything else libjpeg-turbo refused.
+    /// libjpeg-turbo ran out of memory.
+    OutOfMemory,
+    /// A valid file this libjpeg-turbo cannot decode (lossless on 2.x, ...), or no handle.
+    Unsupported(String),
+    /// Anything else libjpeg-turbo refused: the bytes are corrupt.
     Invalid(String),
+}
+
+impl TurboError {
+    /// Sorts a fatal libjpeg message: only corrupt data counts as `Invalid`.
+    fn fatal(message: String) -> Self {
+        let lower = message.to_ascii_lowercase();
+        if lower.contains("insufficient memory") {
+            Self::OutOfMemory
+        } else if lower.contains("unsupported") || lower.contains("not supported") {
+            Self::Unsupported(message)
+        } else {
+            Self::Invalid(message)
+        }
+    }
 }
 
 /// A decompressor handle, destroyed on drop.
@@ -172,7 +185,8 @@ impl Turbo {
         &self.path
     }
 
-    /// Decodes `bytes` (already inspected: `width` x `height`) to RGB8 as Pillow's
+    /// Decodes `bytes` (already inspected: `width` x `height`, four components when `cmyk`)
+    /// to RGB8 as Pillow's
     /// `Image.open(b).convert("RGB")` does: YCbCr, RGB and grey through libjpeg-turbo's own
     /// conversion; CMYK and YCCK as libjpeg-turbo's CMYK, read Adobe-inverted and converted
     /// with Pillow's formula.
@@ -181,6 +195,7 @@ impl Turbo {
         bytes: &[u8],
         width: u32,
         height: u32,
+        cmyk: bool,
     ) -> Result<Vec<u8>, TurboError> {
         let size = c_ulong::try_from(bytes.len())
             .map_err(|_| TurboError::Invalid("file too large".into()))?;
@@ -193,37 +208,20 @@ impl Turbo {
             turbo: self,
             handle,
         };
-        let (mut w, mut h, mut subsamp, mut colorspace) = (0, 0, 0, 0);
-        // SAFETY: the buffer and its length describe `bytes`; the out-pointers are locals.
-        let rc = unsafe {
-            (self.header)(
-                d.handle,
-                bytes.as_ptr(),
-                size,
-                &mut w,
-                &mut h,
-                &mut subsamp,
-                &mut colorspace,
-            )
-        };
-        if rc != 0 {
-            return Err(TurboError::Invalid(d.message()));
-        }
-        if (w, h) != (width as c_int, height as c_int) {
-            return Err(TurboError::Invalid(format!(
-                "libjpeg-turbo reads {w}x{h}, the headers say {width}x{height}"
-            )));
-        }
-        let cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+        // The frame size comes from the probe's own header walk (one SOF, no DNL: the same
+        // numbers libjpeg reads), and every 4-component JPEG is CMYK or YCCK to libjpeg. No
+        // tjDecompressHeader3: libjpeg-turbo 2.x refuses files whose sampling it cannot name
+        // (4:1:0, 1x4, ...), which decode fine.
+        let (w, h) = (width as c_int, height as c_int);
         let channels: usize = if cmyk { 4 } else { 3 };
         let pixels = width as usize * height as usize;
         let pitch = width as usize * channels;
-        // Not zeroed: tjDecompress2 writes every byte (zeroing a large buffer first costs
-        // about 5 % of a decode). The length is set only once it has.
-        let mut out: Vec<u8> = Vec::with_capacity(pixels * channels);
+        // Zeroed, so that even a file libjpeg read as smaller than the probe did could not
+        // expose uninitialised memory.
+        let mut out = vec![0u8; pixels * channels];
         let format = if cmyk { TJPF_CMYK } else { TJPF_RGB };
-        // SAFETY: `out` has room for exactly pitch * height bytes, which is what tjDecompress2
-        // writes for this width, pitch, height (checked equal to the file's) and pixel format.
+        // SAFETY: `out` holds exactly pitch * height bytes; tjDecompress2 writes at most that
+        // for this width, pitch, height and pixel format (it scales a larger image down to fit).
         let rc = unsafe {
             (self.decompress)(
                 d.handle,
@@ -242,7 +240,7 @@ impl Turbo {
             // SAFETY: a valid handle.
             let code = unsafe { (self.error_code)(d.handle) };
             if code != TJERR_WARNING {
-                return Err(TurboError::Invalid(message));
+                return Err(TurboError::fatal(message));
             }
             // Pillow keeps images with "extraneous bytes" and similar warnings; a scan that
             // ran out of data is padded with grey by libjpeg, and that we refuse.
@@ -250,9 +248,6 @@ impl Turbo {
                 return Err(TurboError::Truncated(message));
             }
         }
-        // SAFETY: the decompression completed (a warning still writes every row, padding
-        // what was missing), so all pitch * height bytes are initialised.
-        unsafe { out.set_len(pixels * channels) };
         if cmyk {
             cmyk_to_rgb_in_place(&mut out);
         }

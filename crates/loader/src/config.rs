@@ -17,6 +17,8 @@ pub const DEFAULT_DECODE_MEMORY_BYTES: u64 = 2 << 30;
 pub const DEFAULT_DECODE_WAIT: Duration = Duration::from_secs(30);
 /// Upper bound of [`Config::decode_wait`].
 const MAX_DECODE_WAIT: Duration = Duration::from_secs(3600);
+/// Upper bound of [`Config::decode_concurrency`].
+const MAX_DECODE_CONCURRENCY: usize = 4096;
 /// Upper bound of every timeout, cool-down and lease setting.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of the shared-cache TTL: 365 days.
@@ -51,7 +53,7 @@ pub mod env {
     pub const LIBTURBOJPEG: &str = "MMCACHE_LIBTURBOJPEG";
     /// Bytes all running decodes may hold together, integer > 0. Default 2 GiB.
     pub const DECODE_MEMORY_BYTES: &str = "MMCACHE_DECODE_MEMORY_BYTES";
-    /// Decodes running at once, integer > 0. Default: twice the number of CPUs.
+    /// Decodes running at once, integer > 0 and <= 4096. Default: twice the number of CPUs.
     pub const DECODE_CONCURRENCY: &str = "MMCACHE_DECODE_CONCURRENCY";
     /// Longest wait for the decode budget, in seconds, > 0 and <= 3600. Default 30.
     pub const DECODE_WAIT_SECS: &str = "MMCACHE_DECODE_WAIT_SECS";
@@ -500,11 +502,11 @@ impl Config {
                 "an integer > 0",
             ));
         }
-        if self.decode_concurrency == 0 {
+        if self.decode_concurrency == 0 || self.decode_concurrency > MAX_DECODE_CONCURRENCY {
             return Err(ConfigError::invalid(
                 env::DECODE_CONCURRENCY,
-                "0",
-                "an integer > 0",
+                &self.decode_concurrency.to_string(),
+                "an integer > 0 and <= 4096",
             ));
         }
         if self.decode_wait.is_zero() || self.decode_wait > MAX_DECODE_WAIT {
@@ -797,6 +799,7 @@ mod tests {
             (env::JPEG_DECODER, "turbo"),
             (env::DECODE_MEMORY_BYTES, "0"),
             (env::DECODE_CONCURRENCY, "-1"),
+            (env::DECODE_CONCURRENCY, "99999999999"),
             (env::DECODE_WAIT_SECS, "3601"),
             (env::DECODE_WAIT_SECS, "1e19"),
         ] {

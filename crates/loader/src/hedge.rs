@@ -21,6 +21,8 @@ const EARN_PER_GET: u64 = 500;
 /// Most hedges that may run back to back (thousandths of a token, like the balance).
 const BURST: u64 = 64_000;
 const COST: u64 = 1000;
+/// GETs timed before the first hedge.
+const WARM_UP: u64 = 16;
 
 /// Hedge settings (`MMCACHE_SHARED_IMAGE_CACHE_HEDGE*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +98,12 @@ impl Hedge {
     /// How long to let a GET run alone.
     pub(crate) fn delay(&self) -> Duration {
         Duration::from_micros(self.delay_us.load(Ordering::Relaxed))
+    }
+
+    /// The delay, once this loader has timed [`WARM_UP`] GETs: until it knows what a normal GET
+    /// costs (its first GETs also wait for the connection), it does not hedge.
+    pub(crate) fn delay_if_ready(&self) -> Option<Duration> {
+        (self.answered.load(Ordering::Relaxed) >= WARM_UP).then(|| self.delay())
     }
 
     /// The longest a load waits for its SET: the same budget as a GET.
@@ -195,6 +203,17 @@ mod tests {
             h.observe(Duration::from_secs(1));
         }
         assert_eq!(h.delay(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn no_hedge_before_the_warm_up() {
+        let h = Hedge::new(HedgeSettings::default());
+        for _ in 0..WARM_UP - 1 {
+            h.observe(Duration::from_millis(1));
+        }
+        assert_eq!(h.delay_if_ready(), None);
+        h.observe(Duration::from_millis(1));
+        assert_eq!(h.delay_if_ready(), Some(Duration::from_millis(20)));
     }
 
     #[test]

@@ -128,7 +128,7 @@ struct Inner {
     decoded: DecodedCache,
     limits: DecodeLimits,
     budget: DecodeBudget,
-    hedge: Hedge,
+    hedge: Arc<Hedge>,
     inflight: DashMap<[u8; 32], InflightSlot>,
     memory_hits: ::metrics::Counter,
 }
@@ -403,7 +403,7 @@ impl LoaderBuilder {
             inner: Arc::new(Inner {
                 limits,
                 budget,
-                hedge: Hedge::new(config.shared.hedge),
+                hedge: Arc::new(Hedge::new(config.shared.hedge)),
                 config,
                 origin,
                 shared,
@@ -708,52 +708,87 @@ impl Inner {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             return Raced::Cache(cached, outcome);
         }
-        let started = Instant::now();
+        // The GET times itself in its task: a GET that loses to the origin still counts in the
+        // latency samples (and earns budget), so the delay follows slow GETs too.
         let mut get = tokio::spawn({
-            let (shared, identity) = (shared.clone(), identity.clone());
-            async move { shared.get_with_outcome(&identity).await }
-        });
-        let answered =
-            |joined: std::result::Result<(Option<Bytes>, GetOutcome), tokio::task::JoinError>| {
-                let (cached, outcome) = joined.unwrap_or((None, GetOutcome::Error));
+            let (shared, identity, hedge) = (shared.clone(), identity.clone(), self.hedge.clone());
+            async move {
+                let started = Instant::now();
+                let (cached, outcome) = shared.get_with_outcome(&identity).await;
                 if matches!(
                     outcome,
                     GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized
                 ) {
-                    self.hedge.observe(started.elapsed());
+                    hedge.observe(started.elapsed());
                 }
                 (cached, outcome)
-            };
-        if let Ok(joined) = tokio::time::timeout(self.hedge.delay(), &mut get).await {
-            let (cached, outcome) = answered(joined);
+            }
+        });
+        let joined = |r: std::result::Result<
+            (Option<Bytes>, GetOutcome),
+            tokio::task::JoinError,
+        >| { r.unwrap_or((None, GetOutcome::Error)) };
+        let Some(delay) = self.hedge.delay_if_ready() else {
+            let (cached, outcome) = joined(get.await);
+            return Raced::Cache(cached, outcome);
+        };
+        if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
+            let (cached, outcome) = joined(r);
             return Raced::Cache(cached, outcome);
         }
         if !self.hedge.try_take() {
             record_hedge("over_budget");
-            let (cached, outcome) = answered(get.await);
+            let (cached, outcome) = joined(get.await);
             return Raced::Cache(cached, outcome);
         }
         let origin = self.fetch_and_decode_bytes(url);
         tokio::pin!(origin);
-        tokio::select! {
-            fetched = &mut origin => {
-                record_hedge("origin_won");
-                return Raced::Origin(fetched);
-            }
-            joined = &mut get => {
-                if let (Some(bytes), _) = answered(joined) {
-                    let decoded = self.decode_cached(shared, identity, bytes);
-                    tokio::select! {
-                        fetched = &mut origin => {
-                            record_hedge("origin_won");
-                            return Raced::Origin(fetched);
-                        }
-                        decoded = decoded => {
-                            if let Ok(Some(hit)) = decoded {
+        // Phase 1: whichever answers first.
+        let cached = tokio::select! {
+            fetched = &mut origin => match fetched {
+                Ok(fetched) => {
+                    record_hedge("origin_won");
+                    return Raced::Origin(Ok(fetched));
+                }
+                // A fast origin failure must not beat a slow cache hit: wait for the GET.
+                Err(e) => {
+                    let (cached, _) = joined(get.await);
+                    return match cached {
+                        Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
+                            Ok(Some(hit)) => {
                                 record_hedge("cache_won");
-                                return Raced::Hit(hit);
+                                Raced::Hit(hit)
                             }
+                            _ => Raced::Origin(Err(e)),
+                        },
+                        None => Raced::Origin(Err(e)),
+                    };
+                }
+            },
+            r = &mut get => joined(r).0,
+        };
+        // Phase 2: a late hit races the origin through its decode.
+        if let Some(bytes) = cached {
+            let decoded = self.decode_cached(shared, identity, bytes);
+            tokio::pin!(decoded);
+            tokio::select! {
+                fetched = &mut origin => match fetched {
+                    Ok(fetched) => {
+                        record_hedge("origin_won");
+                        return Raced::Origin(Ok(fetched));
+                    }
+                    Err(e) => {
+                        if let Ok(Some(hit)) = decoded.await {
+                            record_hedge("cache_won");
+                            return Raced::Hit(hit);
                         }
+                        return Raced::Origin(Err(e));
+                    }
+                },
+                d = &mut decoded => {
+                    if let Ok(Some(hit)) = d {
+                        record_hedge("cache_won");
+                        return Raced::Hit(hit);
                     }
                 }
             }
@@ -880,12 +915,22 @@ impl Inner {
         /// to the blocking pool (which costs about as much as the decode itself).
         const INLINE_DECODE_PIXELS: u64 = 256 * 256;
         let permit = self.budget.acquire(probe.memory_bytes).await?;
-        let image = if u64::from(probe.width) * u64::from(probe.height) <= INLINE_DECODE_PIXELS {
-            mmcache_decode::decode_probed(&bytes, &probe, &limits)?
+        let small = u64::from(probe.width) * u64::from(probe.height) <= INLINE_DECODE_PIXELS
+            && bytes.len() <= INLINE_PROBE_BYTES;
+        let image = if small {
+            let image = mmcache_decode::decode_probed(&bytes, &probe, &limits);
+            drop(permit);
+            image?
         } else {
-            blocking(move || mmcache_decode::decode_probed(&bytes, &probe, &limits)).await??
+            // The permit moves into the decode: if this future is dropped (a hedge won), the
+            // decode still runs to its end on the blocking pool, and its memory stays counted.
+            blocking(move || {
+                let image = mmcache_decode::decode_probed(&bytes, &probe, &limits);
+                drop(permit);
+                image
+            })
+            .await??
         };
-        drop(permit);
         ::metrics::histogram!(metrics::DECODE_DURATION, "format" => image.format().as_str())
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))

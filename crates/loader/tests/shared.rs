@@ -3,17 +3,25 @@
 use std::time::Duration;
 
 use mmcache_loader::shared_cache::entry_key;
-use mmcache_loader::{Loader, LoaderBuilder, Source, scope::CacheIdentity, scope::Scope};
+use mmcache_loader::{
+    HedgeSettings, Loader, LoaderBuilder, Source, scope::CacheIdentity, scope::Scope,
+};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
+/// A worker with short timeouts and no hedging: these tests count origin hits and sources
+/// exactly, which a hedge on a busy machine would blur. Hedging has its own tests, with the
+/// default settings.
 fn worker(url: &str) -> LoaderBuilder {
+    let mut no_hedge = HedgeSettings::default();
+    no_hedge.enabled = false;
     Loader::builder()
         .allow_internal(true)
         .shared_cache_url(url)
         .shared_cache_connect_timeout(Duration::from_millis(300))
         .shared_cache_io_timeout(Duration::from_millis(500))
+        .shared_cache_hedge(no_hedge)
 }
 
 fn key_for(url: &str) -> String {
@@ -396,8 +404,15 @@ async fn with_default_timeouts_a_hung_master_is_hedged_not_waited_for() {
         .iter()
         .filter(|u| cluster.master_of(&key_for(u)).unwrap() == hung)
         .collect();
-    let loader = defaults().build().unwrap();
-    assert!(loader.shared_cache().unwrap().connect().await);
+    // Nothing kept in memory, so every load asks the shared cache; two rounds of loads teach
+    // the loader what a healthy GET costs (it hedges only once it knows).
+    let loader = defaults().decoded_cache_entries(Some(0)).build().unwrap();
+    for _ in 0..2 {
+        for url in &urls {
+            loader.load(url, None).await.unwrap();
+        }
+    }
+    assert!(loader.hedge_stats().answered_gets >= 16);
     cluster.hang(hung).unwrap();
     let io_timeout = loader.config().shared.io_timeout;
     let mut tasks = Vec::new();
@@ -437,6 +452,53 @@ async fn with_default_timeouts_a_hung_master_is_hedged_not_waited_for() {
     assert_eq!(fresh_loaded.unwrap().source, Source::Origin);
     let stats = loader.shared_cache().unwrap().stats();
     assert!(stats.set_backgrounded >= 1, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_origin_failure_does_not_beat_a_slow_hit() {
+    if !require_redis("a_fast_origin_failure_does_not_beat_a_slow_hit") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let warm: Vec<String> = (0..8)
+        .map(|i| {
+            let path = format!("/warm-{i}.png");
+            origin.set(&path, Route::ok(images::png(8, 8, i)));
+            origin.url(&path)
+        })
+        .collect();
+    origin.set("/gone.png", Route::ok(images::png(8, 8, 42)));
+    let gone = origin.url("/gone.png");
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .shared_cache_url(cluster.url())
+        .decoded_cache_entries(Some(0))
+        .build()
+        .unwrap();
+    loader.load(&gone, None).await.unwrap(); // cached in the shared cache
+    for _ in 0..2 {
+        for url in &warm {
+            loader.load(url, None).await.unwrap();
+        }
+    }
+    // The origin now fails at once; the entry's master answers only after 300 ms.
+    origin.set("/gone.png", Route::status(503));
+    let master = cluster.master_of(&key_for(&gone)).unwrap();
+    cluster.hang(master).unwrap();
+    let load = tokio::spawn({
+        let (loader, gone) = (loader.clone(), gone.clone());
+        async move { loader.load_detailed(&gone, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.resume(master).unwrap();
+    let loaded = load
+        .await
+        .unwrap()
+        .expect("the slow hit wins over the failed origin");
+    assert_eq!(loaded.source, Source::Shared);
+    assert!(loader.hedge_stats().hedged >= 1, "the load did hedge");
+    assert_eq!(origin.hits("/gone.png"), 2);
 }
 
 async fn stampede(cluster: &RedisCluster, lease: bool, path: &str) -> (usize, Vec<Source>) {
