@@ -46,6 +46,9 @@ pub mod env {
     pub const IMAGE_CACHE_SIZE: &str = "DYN_MM_IMAGE_CACHE_SIZE";
     /// Byte budget of the decoded-image cache, integer >= 0. Default 1 GiB.
     pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";
+    /// Comma-separated hosts images may come from: `example.com` (exactly that host),
+    /// `*.example.com` (its subdomains), IP addresses. Default: unset, every host.
+    pub const ALLOWED_MEDIA_DOMAINS: &str = "MMCACHE_ALLOWED_MEDIA_DOMAINS";
     /// `auto` (libjpeg-turbo when it loads, else pure Rust), `libjpeg-turbo` (or a start-up
     /// error) or `pure-rust`. Default `auto`.
     pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
@@ -92,7 +95,7 @@ pub mod env {
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 31] = [
+    pub const ALL: [&str; 32] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -124,6 +127,7 @@ pub mod env {
         DECODE_MEMORY_BYTES,
         DECODE_CONCURRENCY,
         DECODE_WAIT_SECS,
+        ALLOWED_MEDIA_DOMAINS,
     ];
 }
 
@@ -223,6 +227,8 @@ pub struct Config {
     pub session_scoped: bool,
     /// Allow `http://` and internal addresses. Default false.
     pub allow_internal: bool,
+    /// Hosts images may come from (see [`env::ALLOWED_MEDIA_DOMAINS`]); empty: every host.
+    pub allowed_media_domains: Vec<String>,
     /// Decoded-cache byte budget. Default 1 GiB.
     pub decoded_cache_bytes: u64,
     /// Decoded-cache entry cap (`Some(0)` turns the cache off). Default none.
@@ -252,6 +258,7 @@ impl Default for Config {
             max_file_size_bytes: mmcache_origin::DEFAULT_MAX_BODY_BYTES,
             session_scoped: false,
             allow_internal: false,
+            allowed_media_domains: Vec::new(),
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
             decoded_cache_entries: None,
             max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
@@ -356,6 +363,20 @@ impl Config {
         }
         if let Some(v) = get(env::ALLOW_INTERNAL) {
             c.allow_internal = parse_flag(env::ALLOW_INTERNAL, &v)?;
+        }
+        if let Some(v) = get(env::ALLOWED_MEDIA_DOMAINS) {
+            c.allowed_media_domains = v
+                .split(',')
+                .map(|d| d.trim().to_owned())
+                .filter(|d| !d.is_empty())
+                .collect();
+            if let Err(reason) = mmcache_origin::DomainAllowlist::new(&c.allowed_media_domains) {
+                return Err(ConfigError::Invalid {
+                    name: env::ALLOWED_MEDIA_DOMAINS,
+                    value: reason.chars().take(64).collect(),
+                    expected: "comma-separated host names, *.host names or IP addresses",
+                });
+            }
         }
         if let Some(v) = get(env::IMAGE_CACHE_SIZE) {
             let n = parse_int(env::IMAGE_CACHE_SIZE, &v, "an integer >= 0")?;
@@ -806,6 +827,26 @@ mod tests {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name) && err.contains(value), "{err}");
         }
+    }
+
+    #[test]
+    fn allowed_media_domains_are_parsed_and_checked() {
+        let c = with(&[(
+            env::ALLOWED_MEDIA_DOMAINS,
+            " images.example.com, *.cdn.example.net ,",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.allowed_media_domains,
+            ["images.example.com", "*.cdn.example.net"]
+        );
+        let err = with(&[(env::ALLOWED_MEDIA_DOMAINS, "ok.com,bad/host")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(env::ALLOWED_MEDIA_DOMAINS) && err.contains("bad/host"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -276,6 +276,16 @@ impl LoaderBuilder {
         self
     }
 
+    /// Hosts images may come from (`MMCACHE_ALLOWED_MEDIA_DOMAINS`): `example.com` exactly,
+    /// `*.example.com` for its subdomains, IP addresses. Empty: every host.
+    pub fn allowed_media_domains<S: Into<String>>(
+        mut self,
+        domains: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.config.allowed_media_domains = domains.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Decoded-cache byte budget.
     pub fn decoded_cache_bytes(mut self, bytes: u64) -> Self {
         self.config.decoded_cache_bytes = bytes;
@@ -347,6 +357,14 @@ impl LoaderBuilder {
         config.validate()?;
         let mut origin_config = OriginConfig::default();
         origin_config.allow_internal = config.allow_internal;
+        origin_config.allowed_domains = mmcache_origin::DomainAllowlist::new(
+            &config.allowed_media_domains,
+        )
+        .map_err(|reason| ConfigError::Invalid {
+            name: env::ALLOWED_MEDIA_DOMAINS,
+            value: reason.chars().take(64).collect(),
+            expected: "host names, *.host names or IP addresses",
+        })?;
         origin_config.max_body_bytes = config.max_file_size_bytes;
         origin_config.connect_timeout = config.origin_connect_timeout;
         origin_config.timeout = config.origin_timeout;
@@ -614,8 +632,10 @@ impl Loader {
 impl Inner {
     /// Shared cache, then origin. Runs in the load's own task.
     async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
-        // Policy first: a cache must not serve what this worker may not fetch.
-        self.origin.check(url)?;
+        // Policy first, DNS included: the shared cache must not serve what this worker may not
+        // fetch (a worker with internal access may have cached it). Resolutions are cached
+        // briefly by the origin client, which then connects to the same addresses.
+        self.origin.check_resolved(url).await?;
         let Some(shared) = &self.shared else {
             let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
             return Ok((image, Source::Origin, Some(bytes.len())));

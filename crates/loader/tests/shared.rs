@@ -501,6 +501,47 @@ async fn a_fast_origin_failure_does_not_beat_a_slow_hit() {
     assert_eq!(origin.hits("/gone.png"), 2);
 }
 
+#[tokio::test]
+async fn the_policy_and_dns_apply_before_the_shared_cache_answers() {
+    if !require_redis("the_policy_and_dns_apply_before_the_shared_cache_answers") {
+        return;
+    }
+    let cluster = cluster();
+    // A worker with internal access cached an internal image under a hostname URL.
+    let internal = "https://localhost:1/secret.png";
+    let png = images::png(8, 8, 5);
+    cluster
+        .set_raw(&key_for(internal), &png, Some(3600))
+        .unwrap();
+    // A worker without internal access resolves the name first: refused, not served.
+    let strict = Loader::builder()
+        .shared_cache_url(cluster.url())
+        .build()
+        .unwrap();
+    let err = strict.load(internal, None).await.unwrap_err();
+    assert!(err.is_policy(), "{err}");
+    assert_eq!(err.http_status(), 403);
+    assert_eq!(strict.shared_cache().unwrap().stats().get_hits, 0);
+    // Nor by an allowlist that does not name the host, even with internal access.
+    let listed = Loader::builder()
+        .allow_internal(true)
+        .allowed_media_domains(["images.example.com"])
+        .shared_cache_url(cluster.url())
+        .build()
+        .unwrap();
+    let err = listed.load(internal, None).await.unwrap_err();
+    assert_eq!(err.http_status(), 403, "{err}");
+    // A worker allowed both gets the shared hit.
+    let open = Loader::builder()
+        .allow_internal(true)
+        .allowed_media_domains(["localhost"])
+        .shared_cache_url(cluster.url())
+        .build()
+        .unwrap();
+    let loaded = open.load_detailed(internal, None).await.unwrap();
+    assert_eq!(loaded.source, Source::Shared);
+}
+
 async fn stampede(cluster: &RedisCluster, lease: bool, path: &str) -> (usize, Vec<Source>) {
     let origin = TestOrigin::start();
     origin.set(

@@ -27,13 +27,16 @@ pub enum PolicyViolation {
     /// The host is, or resolves to, a private, loopback, link-local or metadata address.
     #[error("address {0} is internal and not allowed")]
     InternalAddress(IpAddr),
+    /// The host is not on the allowed media domains (`MMCACHE_ALLOWED_MEDIA_DOMAINS`).
+    #[error("host {0} is not an allowed media domain")]
+    DomainNotAllowed(String),
 }
 
 impl PolicyViolation {
     /// 403 for internal addresses (the request is understood and refused), 400 otherwise.
     pub fn http_status(&self) -> u16 {
         match self {
-            Self::InternalAddress(_) => 403,
+            Self::InternalAddress(_) | Self::DomainNotAllowed(_) => 403,
             _ => 400,
         }
     }

@@ -38,6 +38,7 @@
 
 mod error;
 pub mod policy;
+mod resolve;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +49,8 @@ use reqwest::header::{ACCEPT, LOCATION};
 use url::Url;
 
 pub use error::{Error, PolicyViolation, Result};
+pub use policy::DomainAllowlist;
+pub use resolve::{DEFAULT_DNS_CACHE_TTL, MAX_LOOKUPS};
 
 /// Default cap on a body: 64 MiB (`DYN_MM_MAX_FILE_SIZE_MB`).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
@@ -72,6 +75,10 @@ pub struct OriginConfig {
     pub timeout: Duration,
     /// Redirects followed at most. Default [`DEFAULT_MAX_REDIRECTS`].
     pub max_redirects: u8,
+    /// Hosts images may come from; empty allows every host. See [`DomainAllowlist`].
+    pub allowed_domains: DomainAllowlist,
+    /// How long a DNS answer is reused. Default [`DEFAULT_DNS_CACHE_TTL`].
+    pub dns_cache_ttl: Duration,
     /// Test seam: treat 127.0.0.0/8 as public (and allow `http`) while every other internal
     /// range stays refused, so tests on loopback can exercise the refusals. Never set it in
     /// production.
@@ -87,6 +94,8 @@ impl Default for OriginConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_FETCH_TIMEOUT,
             max_redirects: DEFAULT_MAX_REDIRECTS,
+            allowed_domains: DomainAllowlist::default(),
+            dns_cache_ttl: DEFAULT_DNS_CACHE_TTL,
             loopback_is_public: false,
         }
     }
@@ -109,6 +118,7 @@ pub struct Fetched {
 pub struct Origin {
     client: reqwest::Client,
     config: Arc<OriginConfig>,
+    resolver: resolve::Resolver,
 }
 
 impl Origin {
@@ -120,6 +130,7 @@ impl Origin {
     /// [`Error::Client`] when the TLS client cannot be built.
     pub fn new(config: OriginConfig) -> Result<Self> {
         install_crypto_provider();
+        let resolver = resolve::Resolver::new(config.dns_cache_ttl, config.connect_timeout);
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none()) // followed by hand, hop by hop
             .retry(reqwest::retry::never()) // one fetch, one request: origin counts stay exact
@@ -128,6 +139,7 @@ impl Origin {
             .dns_resolver(PolicyResolver {
                 allow_internal: config.allow_internal,
                 loopback_is_public: config.loopback_is_public,
+                resolver: resolver.clone(),
             })
             .user_agent(concat!("mmcache/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -135,6 +147,7 @@ impl Origin {
         Ok(Self {
             client,
             config: Arc::new(config),
+            resolver,
         })
     }
 
@@ -173,9 +186,34 @@ impl Origin {
         Ok(self.check_parsed(&url)?)
     }
 
+    /// Applies the whole URL policy, hostname resolution included, without fetching: what a
+    /// cache layer must ask before it answers for `url` (a worker with internal access may have
+    /// cached it). Resolutions are cached for [`OriginConfig::dns_cache_ttl`], so this costs a
+    /// map lookup on a warm host.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Policy`], or [`Error::Connect`] when the host does not resolve.
+    pub async fn check_resolved(&self, url: &str) -> Result<()> {
+        let url = policy::parse(url)?;
+        self.check_parsed(&url)?;
+        if let Some(url::Host::Domain(host)) = url.host() {
+            let c = &self.config;
+            for ip in self.resolver.resolve(host).await?.iter() {
+                policy::check_ip_with(*ip, c.allow_internal, c.loopback_is_public)?;
+            }
+        }
+        Ok(())
+    }
+
     fn check_parsed(&self, url: &Url) -> Result<(), PolicyViolation> {
         let c = &self.config;
-        policy::check_parsed_with(url, c.allow_internal, c.loopback_is_public)
+        policy::check_parsed_with(
+            url,
+            c.allow_internal,
+            c.loopback_is_public,
+            &c.allowed_domains,
+        )
     }
 
     async fn follow(&self, mut url: Url) -> Result<(Bytes, u8)> {
@@ -265,22 +303,28 @@ fn map_client_error(e: reqwest::Error) -> Error {
     Error::Connect(msg)
 }
 
-/// Resolves with the system resolver and refuses the name when any address is internal.
-/// The connector then dials exactly these addresses.
+/// Resolves through the bounded, caching resolver and refuses the name when any address is
+/// internal. The connector then dials exactly these addresses.
 struct PolicyResolver {
     allow_internal: bool,
     loopback_is_public: bool,
+    resolver: resolve::Resolver,
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let (allow_internal, loopback_is_public) = (self.allow_internal, self.loopback_is_public);
+        let resolver = self.resolver.clone();
         Box::pin(async move {
-            let addrs: Vec<_> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            for addr in &addrs {
+            let ips = resolver.resolve(name.as_str()).await?;
+            for ip in ips.iter() {
                 // `?` boxes the violation itself, so `map_client_error` can downcast to it.
-                policy::check_ip_with(addr.ip(), allow_internal, loopback_is_public)?;
+                policy::check_ip_with(*ip, allow_internal, loopback_is_public)?;
             }
+            let addrs: Vec<std::net::SocketAddr> = ips
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(*ip, 0))
+                .collect();
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
     }

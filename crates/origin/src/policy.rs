@@ -41,15 +41,97 @@ pub fn parse(raw: &str) -> Result<Url, PolicyViolation> {
 ///
 /// A [`PolicyViolation`] saying what was refused.
 pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolation> {
-    check_parsed_with(url, allow_internal, false)
+    check_parsed_with(url, allow_internal, false, &DomainAllowlist::default())
+}
+
+/// Hosts an operator allows images from (`MMCACHE_ALLOWED_MEDIA_DOMAINS`, like vLLM's
+/// `--allowed-media-domains`). Empty: every host.
+///
+/// Matching rules: an entry `example.com` allows exactly that host; `*.example.com` allows
+/// every subdomain at any depth (`a.example.com`, `a.b.example.com`) but not `example.com`
+/// itself, which needs an entry of its own. Case and a trailing dot do not matter;
+/// internationalised names match in either spelling (entries are IDNA-encoded like URL hosts).
+/// An IP address entry allows that address as a URL host. The list is checked on every
+/// redirect hop and before any cache layer answers; internal addresses stay refused unless
+/// internal access is allowed too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DomainAllowlist {
+    exact: Vec<String>,
+    /// `.example.com` for `*.example.com`.
+    suffixes: Vec<String>,
+    ips: Vec<IpAddr>,
+}
+
+impl DomainAllowlist {
+    /// Parses entries (as given to the setting, already split).
+    ///
+    /// # Errors
+    ///
+    /// The first entry that is not a host name, `*.` plus a host name, or an IP address.
+    pub fn new<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
+        let mut list = Self::default();
+        for raw in entries {
+            let entry = raw.as_ref().trim();
+            let bad = || format!("`{entry}` is not a host name, *.host name or IP address");
+            if entry.is_empty() {
+                continue;
+            }
+            let (wild, name) = match entry.strip_prefix("*.") {
+                Some(rest) => (true, rest),
+                None => (false, entry),
+            };
+            let name = name.trim_end_matches('.');
+            if name.is_empty() || name.contains(['*', '/', '@', '?', '#']) {
+                return Err(bad());
+            }
+            let bracketless = name.trim_start_matches('[').trim_end_matches(']');
+            if let Ok(ip) = bracketless.parse::<IpAddr>() {
+                if wild {
+                    return Err(bad());
+                }
+                list.ips.push(ip);
+                continue;
+            }
+            match Host::parse(name).map_err(|_| bad())? {
+                Host::Domain(d) if wild => list.suffixes.push(format!(".{d}")),
+                Host::Domain(d) => list.exact.push(d),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(list)
+    }
+
+    /// True when no entry is set (every host allowed).
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.suffixes.is_empty() && self.ips.is_empty()
+    }
+
+    /// Whether `url`'s host is allowed.
+    pub fn allows(&self, url: &Url) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        match url.host() {
+            Some(Host::Domain(d)) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                self.exact.iter().any(|e| *e == d)
+                    || self.suffixes.iter().any(|s| d.ends_with(s.as_str()))
+            }
+            Some(Host::Ipv4(v4)) => self.ips.contains(&IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => self.ips.contains(&IpAddr::V6(v6)),
+            None => false,
+        }
+    }
 }
 
 /// [`check_parsed`] where `loopback_is_public` treats 127.0.0.0/8 as public and allows `http`
-/// (for tests of the internal-address refusals, which need a reachable first hop).
+/// (for tests of the internal-address refusals, which need a reachable first hop), and the
+/// allowed media domains apply.
 pub(crate) fn check_parsed_with(
     url: &Url,
     allow_internal: bool,
     loopback_is_public: bool,
+    allowlist: &DomainAllowlist,
 ) -> Result<(), PolicyViolation> {
     match url.scheme() {
         "https" => {}
@@ -59,6 +141,10 @@ pub(crate) fn check_parsed_with(
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(PolicyViolation::Userinfo);
+    }
+    if !allowlist.allows(url) {
+        let host = url.host_str().unwrap_or_default().to_owned();
+        return Err(PolicyViolation::DomainNotAllowed(host));
     }
     let ip = match url.host() {
         None => return Err(PolicyViolation::NoHost),
@@ -292,5 +378,50 @@ mod tests {
             PolicyViolation::InternalAddress("10.0.0.1".parse().unwrap()).http_status(),
             403
         );
+    }
+
+    #[test]
+    fn allowed_media_domains() {
+        let list = DomainAllowlist::new(&[
+            "images.example.com",
+            "*.cdn.example.net",
+            "Mixed.Case.ORG.",
+            "203.0.113.7",
+            "[2001:db8::1]",
+            "*.bücher.de",
+        ])
+        .unwrap();
+        let allows = |u: &str| list.allows(&Url::parse(u).unwrap());
+        assert!(allows("https://images.example.com/a.png"));
+        assert!(allows("https://IMAGES.example.com./a.png"));
+        assert!(!allows("https://example.com/a.png"));
+        assert!(!allows("https://evil-images.example.com/a.png"));
+        assert!(!allows("https://images.example.com.evil.io/a.png"));
+        assert!(allows("https://a.cdn.example.net/x"));
+        assert!(allows("https://a.b.cdn.example.net/x"));
+        assert!(
+            !allows("https://cdn.example.net/x"),
+            "a wildcard is subdomains only"
+        );
+        assert!(!allows("https://xcdn.example.net/x"));
+        assert!(allows("https://mixed.case.org/x"));
+        assert!(allows("https://203.0.113.7/x"));
+        assert!(!allows("https://203.0.113.8/x"));
+        assert!(allows("https://[2001:db8::1]/x"));
+        assert!(allows("https://shop.xn--bcher-kva.de/x"));
+        assert!(allows("https://shop.bücher.de/x"));
+        for bad in ["*", "*.", "a/b", "*.1.2.3.4", "user@host", "a*b.com"] {
+            assert!(DomainAllowlist::new(&[bad]).is_err(), "{bad}");
+        }
+        assert!(
+            DomainAllowlist::new::<&str>(&[])
+                .unwrap()
+                .allows(&Url::parse("https://x.io/").unwrap())
+        );
+        // Refused with 403 by the policy, naming the host.
+        let url = Url::parse("https://other.example.org/a.png").unwrap();
+        let err = check_parsed_with(&url, false, false, &list).unwrap_err();
+        assert_eq!(err.http_status(), 403);
+        assert!(err.to_string().contains("other.example.org"));
     }
 }

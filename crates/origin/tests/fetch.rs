@@ -284,3 +284,55 @@ async fn strict_policy_refuses_before_any_request() {
     }
     assert_eq!(server.total_hits(), 0);
 }
+
+#[tokio::test]
+async fn allowed_media_domains_apply_to_every_hop() {
+    let server = TestOrigin::start();
+    server.set("/a", Route::ok(b"img".to_vec()));
+    let by_name = server.url("/a").replace("127.0.0.1", "localhost");
+    let mut c = config();
+    c.allowed_domains = mmcache_origin::DomainAllowlist::new(&["localhost"]).unwrap();
+    let o = origin(c);
+    assert_eq!(&o.fetch(&by_name).await.unwrap().bytes[..], b"img");
+    // The same server by address is another host: refused before any request.
+    let err = o.fetch(&server.url("/a")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Policy(PolicyViolation::DomainNotAllowed(ref h)) if h == "127.0.0.1"),
+        "{err}"
+    );
+    assert_eq!(err.http_status(), 403);
+    // A redirect from an allowed host to another host is refused on the hop.
+    server.set("/jump", Route::redirect(&server.url("/b")));
+    server.set("/b", Route::ok(b"other".to_vec()));
+    let jump = server.url("/jump").replace("127.0.0.1", "localhost");
+    let err = o.fetch(&jump).await.unwrap_err();
+    assert!(err.is_policy(), "{err}");
+    assert_eq!(server.hits("/b"), 0);
+    assert_eq!(server.hits("/a"), 1);
+}
+
+#[tokio::test]
+async fn check_resolved_applies_the_policy_after_dns() {
+    // `localhost` is a public-looking name for an internal address: refused once resolved,
+    // with no request sent anywhere.
+    let strict = origin(OriginConfig::default());
+    let err = strict
+        .check_resolved("https://localhost:1/x.png")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Policy(PolicyViolation::InternalAddress(ip)) if ip.is_loopback()),
+        "{err}"
+    );
+    assert_eq!(err.http_status(), 403);
+    // With internal access it passes; a name that does not resolve is a 400.
+    let open = origin(config());
+    open.check_resolved("http://localhost:1/x.png")
+        .await
+        .unwrap();
+    let err = open
+        .check_resolved("https://no-such-host.invalid/x.png")
+        .await
+        .unwrap_err();
+    assert_eq!(err.http_status(), 400, "{err}");
+}
