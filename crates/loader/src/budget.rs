@@ -19,6 +19,7 @@ pub(crate) struct DecodeBudget {
     memory: Arc<Semaphore>,
     memory_units: u32,
     wait: Duration,
+    outcomes: crate::metrics::Labeled<::metrics::Counter, 3>,
 }
 
 /// What a running decode holds; released on drop.
@@ -36,6 +37,10 @@ impl DecodeBudget {
             memory: Arc::new(Semaphore::new(memory_units as usize)),
             memory_units,
             wait,
+            outcomes: crate::metrics::Labeled::new(
+                ["acquired", "timeout", "over_budget"],
+                |o| ::metrics::counter!(crate::metrics::DECODE_BUDGET, "outcome" => o),
+            ),
         }
     }
 
@@ -48,7 +53,7 @@ impl DecodeBudget {
     pub(crate) async fn acquire(&self, bytes: u64) -> Result<DecodePermit, Error> {
         let units = bytes.div_ceil(UNIT);
         if units > u64::from(self.memory_units) {
-            record("over_budget");
+            self.record("over_budget");
             return Err(Error::OverDecodeBudget {
                 needed: bytes,
                 budget: u64::from(self.memory_units) * UNIT,
@@ -62,7 +67,7 @@ impl DecodeBudget {
         };
         match tokio::time::timeout(self.wait, take).await {
             Ok((Ok(memory), Ok(slot))) => {
-                record("acquired");
+                self.record("acquired");
                 Ok(DecodePermit {
                     _memory: memory,
                     _slot: slot,
@@ -71,15 +76,17 @@ impl DecodeBudget {
             // The semaphores are never closed.
             Ok(_) => Err(Error::Internal("decode budget closed".into())),
             Err(_) => {
-                record("timeout");
+                self.record("timeout");
                 Err(Error::DecodeBusy { waited: self.wait })
             }
         }
     }
 }
 
-fn record(outcome: &'static str) {
-    ::metrics::counter!(crate::metrics::DECODE_BUDGET, "outcome" => outcome).increment(1);
+impl DecodeBudget {
+    fn record(&self, outcome: &'static str) {
+        self.outcomes.get(outcome).increment(1);
+    }
 }
 
 #[cfg(test)]

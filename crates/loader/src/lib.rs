@@ -131,6 +131,7 @@ struct Inner {
     hedge: Arc<Hedge>,
     inflight: DashMap<[u8; 32], InflightSlot>,
     memory_hits: ::metrics::Counter,
+    metrics: metrics::Handles,
 }
 
 /// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).
@@ -428,6 +429,7 @@ impl LoaderBuilder {
                 decoded,
                 inflight: DashMap::new(),
                 memory_hits,
+                metrics: metrics::Handles::new(),
             }),
         })
     }
@@ -493,16 +495,18 @@ impl Loader {
     /// See [`Error`].
     pub async fn load_detailed(&self, url: &str, scope: Option<&Scope>) -> Result<Loaded> {
         if data_url::is_data_url(url) {
-            return record(Source::Data, self.load_data_url(url).await);
+            return self
+                .inner
+                .record(Source::Data, self.load_data_url(url).await);
         }
         let Some(identity) = CacheIdentity::resolve(self.inner.config.session_scoped, url, scope)
         else {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
-            ::metrics::counter!(metrics::BYPASSES, "reason" => "no_scope").increment(1);
+            self.inner.metrics.bypass().increment(1);
             let started = Instant::now();
             let result = self.inner.fetch_and_decode(url).await;
-            observe(Source::Origin, started);
-            return record(
+            self.inner.observe(Source::Origin, started);
+            return self.inner.record(
                 Source::Origin,
                 result.map(|(image, len)| (image, Source::Origin, Some(len))),
             );
@@ -522,7 +526,7 @@ impl Loader {
         } else {
             outcome.as_ref().map_or(Source::Origin, |o| o.1)
         };
-        observe(source, started);
+        self.inner.observe(source, started);
         let outcome = outcome.map(|(image, src, len)| {
             if joined {
                 (image, Source::Inflight, None)
@@ -530,7 +534,7 @@ impl Loader {
                 (image, src, len)
             }
         });
-        record(source, outcome)
+        self.inner.record(source, outcome)
     }
 
     /// Loads every URL concurrently, keeping order. When any load fails, the error returned is
@@ -653,7 +657,7 @@ impl Inner {
             // Larger than this worker may download, so larger than it may hold. Another worker
             // with a larger cap may have written it legitimately: leave it, and let the origin
             // (same cap) decide.
-            ::metrics::counter!(metrics::SHARED_OVERSIZED).increment(1);
+            self.metrics.oversized().increment(1);
             tracing::debug!("shared cache value over the download cap; not read");
         } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
             return self.fill_with_lease(shared, identity, url).await;
@@ -674,7 +678,7 @@ impl Inner {
         match self.decode(bytes).await {
             Ok(image) => Ok(Some((image, Source::Shared, Some(len)))),
             Err(Error::Decode(e)) if e.is_not_an_image() => {
-                ::metrics::counter!(metrics::SHARED_CORRUPT).increment(1);
+                self.metrics.corrupt().increment(1);
                 tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
                 shared.delete(identity).await;
                 Ok(None)
@@ -757,7 +761,7 @@ impl Inner {
             return Raced::Cache(cached, outcome);
         }
         if !self.hedge.try_take() {
-            record_hedge("over_budget");
+            self.record_hedge("over_budget");
             let (cached, outcome) = joined(get.await);
             return Raced::Cache(cached, outcome);
         }
@@ -767,7 +771,7 @@ impl Inner {
         let cached = tokio::select! {
             fetched = &mut origin => match fetched {
                 Ok(fetched) => {
-                    record_hedge("origin_won");
+                    self.record_hedge("origin_won");
                     return Raced::Origin(Ok(fetched));
                 }
                 // A fast origin failure must not beat a slow cache hit: wait for the GET.
@@ -776,7 +780,7 @@ impl Inner {
                     return match cached {
                         Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
                             Ok(Some(hit)) => {
-                                record_hedge("cache_won");
+                                self.record_hedge("cache_won");
                                 Raced::Hit(hit)
                             }
                             _ => Raced::Origin(Err(e)),
@@ -794,12 +798,12 @@ impl Inner {
             tokio::select! {
                 fetched = &mut origin => match fetched {
                     Ok(fetched) => {
-                        record_hedge("origin_won");
+                        self.record_hedge("origin_won");
                         return Raced::Origin(Ok(fetched));
                     }
                     Err(e) => {
                         if let Ok(Some(hit)) = decoded.await {
-                            record_hedge("cache_won");
+                            self.record_hedge("cache_won");
                             return Raced::Hit(hit);
                         }
                         return Raced::Origin(Err(e));
@@ -807,13 +811,13 @@ impl Inner {
                 },
                 d = &mut decoded => {
                     if let Ok(Some(hit)) = d {
-                        record_hedge("cache_won");
+                        self.record_hedge("cache_won");
                         return Raced::Hit(hit);
                     }
                 }
             }
         }
-        record_hedge("origin_won");
+        self.record_hedge("origin_won");
         Raced::Origin(origin.await)
     }
 
@@ -834,20 +838,20 @@ impl Inner {
         loop {
             match shared.try_lease(identity, lease.ttl).await {
                 LeaseOutcome::Won(token) => {
-                    record_lease(if waited { "took_over" } else { "won" });
+                    self.record_lease(if waited { "took_over" } else { "won" });
                     return self
                         .fill_as_lease_holder(shared, identity, url, token)
                         .await;
                 }
                 LeaseOutcome::Held => {}
                 _ => {
-                    record_lease("error");
+                    self.record_lease("error");
                     return self.fill_from_origin(shared, identity, url).await;
                 }
             }
             // Held by another worker: wait a little, then look for its entry.
             if Instant::now() + pause >= deadline {
-                record_lease("waited_timeout");
+                self.record_lease("waited_timeout");
                 return self.fill_from_origin(shared, identity, url).await;
             }
             tokio::time::sleep(pause).await;
@@ -856,7 +860,7 @@ impl Inner {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             if let Some(bytes) = cached {
                 if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
-                    record_lease("waited_hit");
+                    self.record_lease("waited_hit");
                     return Ok(hit);
                 }
                 return self.fill_from_origin(shared, identity, url).await;
@@ -910,10 +914,14 @@ impl Inner {
         let started = Instant::now();
         let fetched = self.origin.fetch(url).await;
         let outcome = if fetched.is_ok() { "ok" } else { "error" };
-        ::metrics::histogram!(metrics::ORIGIN_FETCH_DURATION, "outcome" => outcome)
+        self.metrics
+            .origin_duration
+            .get(outcome)
             .record(started.elapsed().as_secs_f64());
         let fetched = fetched?;
-        ::metrics::counter!(metrics::ORIGIN_FETCH_BYTES).increment(fetched.bytes.len() as u64);
+        self.metrics
+            .origin_bytes()
+            .increment(fetched.bytes.len() as u64);
         let image = self.decode(fetched.bytes.clone()).await?;
         Ok((image, fetched.bytes))
     }
@@ -951,7 +959,9 @@ impl Inner {
             })
             .await??
         };
-        ::metrics::histogram!(metrics::DECODE_DURATION, "format" => image.format().as_str())
+        self.metrics
+            .decode_duration
+            .get(image.format().as_str())
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))
     }
@@ -986,28 +996,35 @@ enum Raced {
     Origin(Result<(Arc<DecodedImage>, Bytes)>),
 }
 
-fn record_hedge(outcome: &'static str) {
-    ::metrics::counter!(metrics::HEDGES, "outcome" => outcome).increment(1);
-}
+impl Inner {
+    fn record_hedge(&self, outcome: &'static str) {
+        self.metrics.hedges.get(outcome).increment(1);
+    }
 
-fn record_lease(outcome: &'static str) {
-    ::metrics::counter!(metrics::LEASES, "outcome" => outcome).increment(1);
-}
+    fn record_lease(&self, outcome: &'static str) {
+        self.metrics.leases.get(outcome).increment(1);
+    }
 
-fn observe(source: Source, started: Instant) {
-    ::metrics::histogram!(metrics::LOAD_DURATION, "source" => source.as_str())
-        .record(started.elapsed().as_secs_f64());
-}
+    fn observe(&self, source: Source, started: Instant) {
+        self.metrics
+            .load_duration
+            .get(source.as_str())
+            .record(started.elapsed().as_secs_f64());
+    }
 
-fn record(source: Source, outcome: Outcome) -> Result<Loaded> {
-    let label = if outcome.is_ok() { "ok" } else { "error" };
-    ::metrics::counter!(metrics::LOADS, "source" => source.as_str(), "outcome" => label)
-        .increment(1);
-    outcome.map(|(image, source, encoded_len)| Loaded {
-        image,
-        source,
-        encoded_len,
-    })
+    fn record(&self, source: Source, outcome: Outcome) -> Result<Loaded> {
+        let loads = if outcome.is_ok() {
+            &self.metrics.loads_ok
+        } else {
+            &self.metrics.loads_error
+        };
+        loads.get(source.as_str()).increment(1);
+        outcome.map(|(image, source, encoded_len)| Loaded {
+            image,
+            source,
+            encoded_len,
+        })
+    }
 }
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -4,6 +4,10 @@
 //! your recorder **before** building a [`crate::Loader`]: the hot-path counters are resolved
 //! once, at build time. No label ever holds a URL, a key or a scope.
 
+use std::sync::OnceLock;
+
+use ::metrics::{Counter, Histogram};
+
 pub use mmcache_shared_cache::metrics as shared_cache;
 
 /// Loads by `source` (`memory`, `inflight`, `shared`, `origin`, `data`) and `outcome`
@@ -132,4 +136,121 @@ pub fn describe() {
         shared_cache::SKIPPED,
         "Shared image cache operations not attempted"
     );
+}
+
+/// One metric's handles by the value of its one label, each registered with the recorder on
+/// first use and reused after: no registry lookup and no label allocation per load. A value
+/// outside the known set still records (registered each time).
+pub(crate) struct Labeled<T: Clone, const N: usize> {
+    values: [&'static str; N],
+    slots: [OnceLock<T>; N],
+    make: fn(&'static str) -> T,
+}
+
+impl<T: Clone, const N: usize> std::fmt::Debug for Labeled<T, N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Labeled")
+            .field("values", &self.values)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone, const N: usize> Labeled<T, N> {
+    pub(crate) fn new(values: [&'static str; N], make: fn(&'static str) -> T) -> Self {
+        Self {
+            values,
+            slots: std::array::from_fn(|_| OnceLock::new()),
+            make,
+        }
+    }
+
+    pub(crate) fn get(&self, value: &'static str) -> T {
+        match self.values.iter().position(|v| *v == value) {
+            Some(i) => self.slots[i].get_or_init(|| (self.make)(value)).clone(),
+            None => (self.make)(value),
+        }
+    }
+}
+
+/// Source label values.
+const SOURCES: [&str; 5] = ["memory", "inflight", "shared", "origin", "data"];
+
+/// The loader's metric handles.
+pub(crate) struct Handles {
+    pub(crate) loads_ok: Labeled<Counter, 5>,
+    pub(crate) loads_error: Labeled<Counter, 5>,
+    pub(crate) load_duration: Labeled<Histogram, 5>,
+    pub(crate) decode_duration: Labeled<Histogram, 4>,
+    pub(crate) origin_duration: Labeled<Histogram, 2>,
+    pub(crate) hedges: Labeled<Counter, 3>,
+    pub(crate) leases: Labeled<Counter, 5>,
+    origin_bytes: OnceLock<Counter>,
+    corrupt: OnceLock<Counter>,
+    oversized: OnceLock<Counter>,
+    bypass: OnceLock<Counter>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").finish_non_exhaustive()
+    }
+}
+
+impl Handles {
+    pub(crate) fn new() -> Self {
+        Self {
+            loads_ok: Labeled::new(
+                SOURCES,
+                |s| ::metrics::counter!(LOADS, "source" => s, "outcome" => "ok"),
+            ),
+            loads_error: Labeled::new(
+                SOURCES,
+                |s| ::metrics::counter!(LOADS, "source" => s, "outcome" => "error"),
+            ),
+            load_duration: Labeled::new(
+                SOURCES,
+                |s| ::metrics::histogram!(LOAD_DURATION, "source" => s),
+            ),
+            decode_duration: Labeled::new(
+                ["jpeg", "png", "webp", "gif"],
+                |f| ::metrics::histogram!(DECODE_DURATION, "format" => f),
+            ),
+            origin_duration: Labeled::new(
+                ["ok", "error"],
+                |o| ::metrics::histogram!(ORIGIN_FETCH_DURATION, "outcome" => o),
+            ),
+            hedges: Labeled::new(
+                ["origin_won", "cache_won", "over_budget"],
+                |o| ::metrics::counter!(HEDGES, "outcome" => o),
+            ),
+            leases: Labeled::new(
+                ["won", "took_over", "waited_hit", "waited_timeout", "error"],
+                |o| ::metrics::counter!(LEASES, "outcome" => o),
+            ),
+            origin_bytes: OnceLock::new(),
+            corrupt: OnceLock::new(),
+            oversized: OnceLock::new(),
+            bypass: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn origin_bytes(&self) -> &Counter {
+        self.origin_bytes
+            .get_or_init(|| ::metrics::counter!(ORIGIN_FETCH_BYTES))
+    }
+
+    pub(crate) fn corrupt(&self) -> &Counter {
+        self.corrupt
+            .get_or_init(|| ::metrics::counter!(SHARED_CORRUPT))
+    }
+
+    pub(crate) fn oversized(&self) -> &Counter {
+        self.oversized
+            .get_or_init(|| ::metrics::counter!(SHARED_OVERSIZED))
+    }
+
+    pub(crate) fn bypass(&self) -> &Counter {
+        self.bypass
+            .get_or_init(|| ::metrics::counter!(BYPASSES, "reason" => "no_scope"))
+    }
 }

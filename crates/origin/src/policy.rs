@@ -114,8 +114,7 @@ impl DomainAllowlist {
         match url.host() {
             Some(Host::Domain(d)) => {
                 let d = d.trim_end_matches('.').to_ascii_lowercase();
-                self.exact.iter().any(|e| *e == d)
-                    || self.suffixes.iter().any(|s| d.ends_with(s.as_str()))
+                self.exact.contains(&d) || self.suffixes.iter().any(|s| d.ends_with(s.as_str()))
             }
             Some(Host::Ipv4(v4)) => self.ips.contains(&IpAddr::V4(v4)),
             Some(Host::Ipv6(v6)) => self.ips.contains(&IpAddr::V6(v6)),

@@ -23,6 +23,9 @@ pub const DEFAULT_DNS_CACHE_TTL: Duration = Duration::from_secs(5);
 /// Names kept at most; a full cache is emptied (simple, and rare: hosts repeat).
 const MAX_CACHED: usize = 4096;
 
+/// Resolved addresses by lower-case host, with the time they were resolved.
+type Cache = Mutex<HashMap<String, (Instant, Arc<[IpAddr]>)>>;
+
 type Lookup = dyn Fn(&str) -> std::io::Result<Vec<IpAddr>> + Send + Sync;
 
 /// A bounded, caching resolver. Cheap to clone.
@@ -30,7 +33,7 @@ type Lookup = dyn Fn(&str) -> std::io::Result<Vec<IpAddr>> + Send + Sync;
 pub(crate) struct Resolver {
     lookup: Arc<Lookup>,
     permits: Arc<Semaphore>,
-    cache: Arc<Mutex<HashMap<String, (Instant, Arc<[IpAddr]>)>>>,
+    cache: Arc<Cache>,
     ttl: Duration,
     timeout: Duration,
 }

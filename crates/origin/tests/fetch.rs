@@ -302,7 +302,7 @@ async fn allowed_media_domains_apply_to_every_hop() {
     );
     assert_eq!(err.http_status(), 403);
     // A redirect from an allowed host to another host is refused on the hop.
-    server.set("/jump", Route::redirect(&server.url("/b")));
+    server.set("/jump", Route::redirect(server.url("/b")));
     server.set("/b", Route::ok(b"other".to_vec()));
     let jump = server.url("/jump").replace("127.0.0.1", "localhost");
     let err = o.fetch(&jump).await.unwrap_err();

@@ -282,6 +282,7 @@ struct Inner {
     queue: write_behind::Queue,
     /// Set by a failure, cleared by the next success (spares successes the state lock).
     failing: std::sync::atomic::AtomicBool,
+    metrics: metrics::Handles,
 }
 
 /// The shared cache client. Cheap to clone; all clones share one cluster connection.
@@ -356,6 +357,7 @@ impl SharedCache {
                 slots: slots::SlotMap::default(),
                 queue: write_behind::Queue::new(config.write_behind),
                 failing: std::sync::atomic::AtomicBool::new(false),
+                metrics: metrics::Handles::default(),
                 config,
             }),
         })
@@ -440,7 +442,9 @@ impl SharedCache {
             Ok(v) if v.len() > max => {
                 bump(&c.get_hits);
                 // The real size is unknown (only cap + 1 bytes were read).
-                metrics::record_get(GetOutcome::Oversized, None, started.elapsed());
+                self.inner
+                    .metrics
+                    .record_get(GetOutcome::Oversized, None, started.elapsed());
                 return (None, GetOutcome::Oversized);
             }
             Ok(v) => {
@@ -453,7 +457,9 @@ impl SharedCache {
                 (None, GetOutcome::Error)
             }
         };
-        metrics::record_get(outcome, value.as_ref().map(Bytes::len), started.elapsed());
+        self.inner
+            .metrics
+            .record_get(outcome, value.as_ref().map(Bytes::len), started.elapsed());
         (value, outcome)
     }
 
@@ -462,7 +468,7 @@ impl SharedCache {
     pub async fn set(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
         let len = bytes.len();
         if len > self.inner.config.max_value_bytes {
-            metrics::record_skip("set", "too_large");
+            self.inner.metrics.record_skip("set", "too_large");
             return WriteOutcome::Skipped;
         }
         let key = entry_key(identity);
@@ -490,7 +496,9 @@ impl SharedCache {
                 WriteOutcome::Error
             }
         };
-        metrics::record_set(outcome, len, started.elapsed());
+        self.inner
+            .metrics
+            .record_set(outcome, len, started.elapsed());
         outcome
     }
 
@@ -502,14 +510,14 @@ impl SharedCache {
             return self.set(identity, bytes).await;
         }
         if bytes.len() > self.inner.config.max_value_bytes {
-            metrics::record_skip("set", "too_large");
+            self.inner.metrics.record_skip("set", "too_large");
             return WriteOutcome::Skipped;
         }
         if self.inner.queue.push(self, identity.clone(), bytes) {
             WriteOutcome::Success
         } else {
             bump(&self.inner.counters.write_behind_dropped);
-            metrics::record_skip("set", "queue_full");
+            self.inner.metrics.record_skip("set", "queue_full");
             WriteOutcome::Skipped
         }
     }
@@ -528,12 +536,12 @@ impl SharedCache {
             return self.store(identity, bytes).await;
         }
         if bytes.len() > self.inner.config.max_value_bytes {
-            metrics::record_skip("set", "too_large");
+            self.inner.metrics.record_skip("set", "too_large");
             return WriteOutcome::Skipped;
         }
         let Some(done) = self.inner.queue.push_awaited(self, identity.clone(), bytes) else {
             bump(&self.inner.counters.write_behind_dropped);
-            metrics::record_skip("set", "queue_full");
+            self.inner.metrics.record_skip("set", "queue_full");
             return WriteOutcome::Skipped;
         };
         match tokio::time::timeout(wait, done).await {
@@ -618,7 +626,7 @@ impl SharedCache {
                 WriteOutcome::Error
             }
         };
-        metrics::record_delete(outcome);
+        self.inner.metrics.record_delete(outcome);
         outcome
     }
 
@@ -645,7 +653,7 @@ impl SharedCache {
         }
         if admit == breaker::Admit::Skip {
             bump(&inner.counters.skipped);
-            metrics::record_skip(op, "breaker_open");
+            self.inner.metrics.record_skip(op, "breaker_open");
             return Err(Failure::Skipped);
         }
         // A probe whose caller is cancelled must not leave the breaker half-open forever.
@@ -747,7 +755,7 @@ impl SharedCache {
     }
 
     fn on_failure(&self, op: &'static str, kind: FailureKind) {
-        metrics::record_error(op, kind);
+        self.inner.metrics.record_error(op, kind);
         tracing::debug!(
             op,
             kind = kind.as_str(),

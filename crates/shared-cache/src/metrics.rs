@@ -3,7 +3,10 @@
 //! The library records through the `metrics` facade and never installs an exporter. Labels
 //! never hold a URL, a key or a scope.
 
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use metrics::{Counter, Histogram};
 
 /// GET latency histogram; labels `outcome` (`hit`, `miss`, `error`) and `size_bucket`.
 pub const GET_DURATION: &str = "dynamo_component_image_shared_cache_get_duration_seconds";
@@ -99,33 +102,122 @@ impl WriteOutcome {
     }
 }
 
-pub(crate) fn record_get(outcome: GetOutcome, len: Option<usize>, elapsed: Duration) {
-    if outcome == GetOutcome::Skipped {
-        return;
+/// `size_bucket` values, in index order ("unknown" last).
+const BUCKETS: [&str; 8] = [
+    "le_64kib",
+    "le_256kib",
+    "le_1mib",
+    "le_4mib",
+    "le_16mib",
+    "le_32mib",
+    "gt_32mib",
+    "unknown",
+];
+/// `op` values.
+const OPS: [&str; 4] = ["get", "set", "del", "lease"];
+/// Skip `reason` values.
+const REASONS: [&str; 3] = ["breaker_open", "too_large", "queue_full"];
+/// Failure `kind` values, in [`crate::FailureKind`] order.
+const KINDS: [crate::FailureKind; 4] = [
+    crate::FailureKind::Timeout,
+    crate::FailureKind::Connect,
+    crate::FailureKind::Cluster,
+    crate::FailureKind::Other,
+];
+
+fn index_of(all: &[&str], value: &str) -> usize {
+    all.iter()
+        .position(|v| *v == value)
+        .unwrap_or(all.len() - 1)
+}
+
+/// The metric handles of one cache, each registered with the recorder on first use and then
+/// reused: no registry lookup and no label allocation per operation. A label combination that
+/// never occurs is never registered, so the exposition matches the Python implementation's.
+#[derive(Default)]
+pub(crate) struct Handles {
+    /// GET by outcome (hit, miss, error) and size bucket.
+    get: [OnceLock<Histogram>; 3 * BUCKETS.len()],
+    /// SET by outcome (success, error) and size bucket.
+    set: [OnceLock<Histogram>; 2 * BUCKETS.len()],
+    /// DEL by outcome (success, error, skipped).
+    deletes: [OnceLock<Counter>; 3],
+    /// Failures by op and kind.
+    errors: [OnceLock<Counter>; OPS.len() * KINDS.len()],
+    /// Skips by op and reason.
+    skips: [OnceLock<Counter>; OPS.len() * REASONS.len()],
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").finish_non_exhaustive()
     }
-    let bucket = if outcome == GetOutcome::Hit {
-        size_bucket(len)
-    } else {
-        "unknown"
-    };
-    metrics::histogram!(GET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
-        .record(elapsed.as_secs_f64());
 }
 
-pub(crate) fn record_set(outcome: WriteOutcome, len: usize, elapsed: Duration) {
-    if outcome == WriteOutcome::Skipped {
-        return;
+impl Handles {
+    pub(crate) fn record_get(&self, outcome: GetOutcome, len: Option<usize>, elapsed: Duration) {
+        let row = match outcome {
+            GetOutcome::Skipped => return,
+            GetOutcome::Hit | GetOutcome::Oversized => 0,
+            GetOutcome::Miss => 1,
+            GetOutcome::Error => 2,
+        };
+        let bucket = if outcome == GetOutcome::Hit {
+            size_bucket(len)
+        } else {
+            "unknown"
+        };
+        let slot = row * BUCKETS.len() + index_of(&BUCKETS, bucket);
+        self.get[slot]
+            .get_or_init(|| {
+                metrics::histogram!(GET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
+            })
+            .record(elapsed.as_secs_f64());
     }
-    metrics::histogram!(SET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => size_bucket(Some(len)))
-        .record(elapsed.as_secs_f64());
-}
 
-pub(crate) fn record_delete(outcome: WriteOutcome) {
-    metrics::counter!(DELETES, "outcome" => outcome.as_str()).increment(1);
-}
+    pub(crate) fn record_set(&self, outcome: WriteOutcome, len: usize, elapsed: Duration) {
+        let row = match outcome {
+            WriteOutcome::Skipped => return,
+            WriteOutcome::Success => 0,
+            WriteOutcome::Error => 1,
+        };
+        let bucket = size_bucket(Some(len));
+        let slot = row * BUCKETS.len() + index_of(&BUCKETS, bucket);
+        self.set[slot]
+            .get_or_init(|| {
+                metrics::histogram!(SET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
+            })
+            .record(elapsed.as_secs_f64());
+    }
 
-pub(crate) fn record_error(op: &'static str, kind: crate::FailureKind) {
-    metrics::counter!(ERRORS, "op" => op, "kind" => kind.as_str()).increment(1);
+    pub(crate) fn record_delete(&self, outcome: WriteOutcome) {
+        let slot = match outcome {
+            WriteOutcome::Success => 0,
+            WriteOutcome::Error => 1,
+            WriteOutcome::Skipped => 2,
+        };
+        self.deletes[slot]
+            .get_or_init(|| metrics::counter!(DELETES, "outcome" => outcome.as_str()))
+            .increment(1);
+    }
+
+    pub(crate) fn record_error(&self, op: &'static str, kind: crate::FailureKind) {
+        let k = KINDS
+            .iter()
+            .position(|x| *x == kind)
+            .unwrap_or(KINDS.len() - 1);
+        let slot = index_of(&OPS, op) * KINDS.len() + k;
+        self.errors[slot]
+            .get_or_init(|| metrics::counter!(ERRORS, "op" => op, "kind" => kind.as_str()))
+            .increment(1);
+    }
+
+    pub(crate) fn record_skip(&self, op: &'static str, reason: &'static str) {
+        let slot = index_of(&OPS, op) * REASONS.len() + index_of(&REASONS, reason);
+        self.skips[slot]
+            .get_or_init(|| metrics::counter!(SKIPPED, "op" => op, "reason" => reason))
+            .increment(1);
+    }
 }
 
 pub(crate) fn record_breaker(from: crate::BreakerState, to: crate::BreakerState) {
@@ -137,10 +229,6 @@ pub(crate) fn record_breaker(from: crate::BreakerState, to: crate::BreakerState)
         (_, crate::BreakerState::Closed) => gauge.decrement(1.0),
         _ => {}
     }
-}
-
-pub(crate) fn record_skip(op: &'static str, reason: &'static str) {
-    metrics::counter!(SKIPPED, "op" => op, "reason" => reason).increment(1);
 }
 
 #[cfg(test)]
