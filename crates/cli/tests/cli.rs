@@ -79,3 +79,70 @@ fn bad_environment_names_the_variable() {
         "{err}"
     );
 }
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = mmcache().args(args).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    (out.status.code(), stdout, stderr)
+}
+
+#[test]
+fn version_prints_only_the_version() {
+    for args in [&["--version"][..], &["-V"], &["version"]] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert_eq!(
+            stdout,
+            format!("mmcache {}\n", env!("CARGO_PKG_VERSION")),
+            "{args:?}"
+        );
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
+#[test]
+fn help_fits_a_screen_and_documents_the_exit_codes() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["help"],
+        &[],
+        &["load", "--help"],
+    ] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(stdout.contains("Exit codes:"), "{args:?}: {stdout}");
+        for line in [
+            "  0  every load succeeded",
+            "  1  at least one load",
+            "  2  bad usage",
+        ] {
+            assert!(stdout.contains(line), "{args:?} lacks {line:?}: {stdout}");
+        }
+        assert!(stdout.contains("Examples:"), "{args:?}: {stdout}");
+        assert!(stdout.lines().count() <= 30, "{args:?}: {stdout}");
+        assert!(stdout.lines().all(|l| l.len() <= 100), "{args:?}: {stdout}");
+    }
+    let (_, stdout, _) = run(&["load", "--help"]);
+    for flag in ["--json", "--scope <S>", "--metrics", "<URL>..."] {
+        assert!(stdout.contains(flag), "{flag}: {stdout}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["load", "--bogus", "https://example.com/a.png"][..],
+        &["load"],
+        &["load", "--scope"],
+        &["fetch", "https://example.com/a.png"],
+    ] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+    let (_, _, stderr) = run(&["load", "--bogus", "https://example.com/a.png"]);
+    assert!(stderr.contains("--bogus"), "{stderr}");
+}

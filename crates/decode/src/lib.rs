@@ -7,7 +7,7 @@
 //! - [`probe`] reads the headers first and refuses, before any allocation, an image over
 //!   [`DecodeLimits::max_pixels`] or one whose coded data cannot back its declared size, and
 //!   estimates the memory its decode will hold ([`Probe::memory_bytes`]).
-//! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in an LRU weighed in bytes, keyed by a
+//! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in a cache weighed in bytes, keyed by a
 //!   blake3 digest of the [`CacheIdentity`] (so it is partitioned by scope exactly as the
 //!   identity is).
 //! - [`EmbeddingCache`] does the same for embeddings, keyed by (identity, model id).
@@ -38,20 +38,37 @@
 //!
 //! # Memory accounting
 //!
-//! An entry weighs its pixel bytes plus [`ENTRY_OVERHEAD_BYTES`] for the node, the `Arc`
-//! and the index. The budget bounds the sum of weights; a value heavier than the whole budget
-//! is never stored.
+//! Both caches are [`quick_cache`] sync caches: sharded, each shard behind its own read-write
+//! lock (a hit takes only a read lock and bumps a counter), with O(1) eviction by a
+//! CLOCK-PRO-like policy. That policy is not strict LRU: once the cache is full a new entry
+//! starts "cold" and is the first to go unless it is hit again, so a scan of one-off loads
+//! cannot flush the entries in use.
+//!
+//! - An entry weighs its payload (pixel bytes, or [`Weighted::weight_bytes`]) plus
+//!   [`ENTRY_OVERHEAD_BYTES`]; [`CacheStats::bytes`] and the `*_bytes` gauges report that sum.
+//! - The budget bounds the sum of weights. It is split evenly between the shards, each of which
+//!   keeps its share, so a value heavier than the whole budget is never stored; nor is one
+//!   heavier than 97% of a shard's share, which is why the decoded cache uses no more shards
+//!   than keep an image at the default [`DEFAULT_MAX_PIXELS`] admissible (a 1 GiB budget has
+//!   two shards of 512 MiB; a budget under about 620 MB has one).
+//! - The entry cap (`max_entries`) is held exactly by charging every entry at least
+//!   `budget / (max_entries + 1) + 1` bytes against the budget: `max_entries + 1` entries would
+//!   then weigh more than the budget. Only the budget check sees that charge; the stats and
+//!   gauges count real weights. With a cap, a mix of many small and a few large entries may
+//!   therefore hold fewer of both than either limit alone would allow.
 
 mod error;
 mod image;
 mod jpeg;
-mod lru;
 mod png;
 mod turbo;
 
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use mmcache_scope::CacheIdentity;
+use quick_cache::sync::Cache;
+use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
 pub use crate::error::{Error, Result};
 pub use crate::image::{
@@ -63,11 +80,132 @@ pub use crate::image::{
 pub const DEFAULT_DECODED_CACHE_BYTES: u64 = 1 << 30;
 
 /// Bytes charged to each cache entry on top of its payload.
-pub const ENTRY_OVERHEAD_BYTES: u64 = 128;
+///
+/// What an entry costs beyond its payload, measured on `quick_cache` 0.7, 64-bit:
+///
+/// - 64: its slab slot (the 32-byte key, the value's `Arc`, our 8-byte weight, the entry's
+///   state and clock counter, two list links);
+/// - 32: half a slot more for "ghost" keys (recently evicted keys kept to re-admit them as
+///   hot; up to half the estimated entry count);
+/// - 20: its hash-table share (a 4-byte slot index and a control byte per bucket, 1.5 buckets
+///   per entry counting ghosts, at most 7/8 full and rounded up to a power of two);
+/// - 64: the `Arc`'s allocation (two counts and the `DecodedImage` header: dimensions,
+///   format, `Vec`) as a 64-byte malloc chunk;
+/// - 16: malloc's header and rounding on the pixel buffer;
+/// - 48: slab growth headroom (its `Vec` doubles, so on average it holds half again the 96
+///   bytes of slots in use).
+///
+/// That is 244 bytes, rounded up to 256. An embedding's `Arc<[T]>` is 8 bytes wider in the
+/// slot but has no separate header allocation, so it costs less. A unit test checks that the
+/// cache's own structures stay within their 116 (+48) bytes.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 256;
+
+/// A 32-byte digest key (blake3 of the cache identity).
+type Key = [u8; 32];
 
 /// The digest a cache is keyed by.
-fn identity_key(identity: &CacheIdentity) -> lru::Key {
+fn identity_key(identity: &CacheIdentity) -> Key {
     *blake3::hash(identity.as_str().as_bytes()).as_bytes()
+}
+
+/// quick_cache's share of a shard kept for entries that were hit since they came in (its
+/// default). A value heavier than this share of its shard's budget is refused.
+const HOT_ALLOCATION: f64 = 0.97;
+
+/// The most entries quick_cache is told to expect. It keeps ghost keys for half as many, in
+/// memory only [`ENTRY_OVERHEAD_BYTES`] accounts for, so a huge budget must not inflate it.
+const MAX_ESTIMATED_ENTRIES: u64 = 1 << 20;
+
+/// What a cache expects of its entries, to size quick_cache's shards and tables.
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    /// Assumed average weight: quick_cache expects budget / this entries (or the cap, when
+    /// smaller).
+    typical_entry: u64,
+    /// The heaviest entry that must stay admissible when the budget allows it: shards are
+    /// never made so small that it would exceed a shard's hot share.
+    largest_entry: u64,
+}
+
+/// Decoded images: a typical 300 x 300 RGB image is 264 KiB; the largest is an image at the
+/// default pixel limit (300 MB).
+const DECODED_SIZING: Sizing = Sizing {
+    typical_entry: 256 << 10,
+    largest_entry: DEFAULT_MAX_PIXELS * 3 + ENTRY_OVERHEAD_BYTES,
+};
+
+/// Embeddings: typically a 2,048-wide f32 vector (8 KiB); at most a vision model's per-image
+/// token embeddings, e.g. 2,880 tokens x 4,096 dims x 2 bytes (23 MiB).
+const EMBEDDING_SIZING: Sizing = Sizing {
+    typical_entry: 8 << 10,
+    largest_entry: 32 << 20,
+};
+
+/// A cached value and its weight (payload plus [`ENTRY_OVERHEAD_BYTES`]).
+#[derive(Clone)]
+struct Entry<V> {
+    value: V,
+    weight: u64,
+}
+
+/// Weighs an entry for the budget: its real weight, but at least `min`, the charge that
+/// enforces the entry cap.
+#[derive(Clone, Copy)]
+struct Charge {
+    min: u64,
+}
+
+impl<V> Weighter<Key, Entry<V>> for Charge {
+    fn weight(&self, _key: &Key, entry: &Entry<V>) -> u64 {
+        entry.weight.max(self.min)
+    }
+}
+
+/// Counts what leaves the cache. quick_cache reports through `on_evict` every value that goes
+/// out other than by `remove`/`drain`: evicted ones, one replaced by an insert under its key,
+/// and a new one refused as too heavy.
+#[derive(Clone, Copy)]
+struct Accounting;
+
+/// What one operation evicted. It keeps up to two of the values so that their (possibly last)
+/// `Arc` is dropped after the shard lock is released.
+struct Evicted<V> {
+    entries: i64,
+    weight: i64,
+    values: [Option<V>; 2],
+}
+
+impl<V> Default for Evicted<V> {
+    fn default() -> Self {
+        Self {
+            entries: 0,
+            weight: 0,
+            values: [None, None],
+        }
+    }
+}
+
+impl<V> Lifecycle<Key, Entry<V>> for Accounting {
+    type RequestState = Evicted<V>;
+
+    fn on_evict(&self, state: &mut Evicted<V>, _key: Key, entry: Entry<V>) {
+        state.entries += 1;
+        state.weight += signed(entry.weight);
+        if let Some(slot) = state.values.iter_mut().find(|v| v.is_none()) {
+            *slot = Some(entry.value);
+        }
+    }
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A change in entries and bytes held, applied to the counters and the gauges.
+#[derive(Debug, Clone, Copy, Default)]
+struct Change {
+    entries: i64,
+    bytes: i64,
 }
 
 /// Gauges that several caches of one kind in a process add to (they move by deltas).
@@ -84,78 +222,135 @@ impl Gauges {
             bytes: metrics::gauge!(bytes),
         }
     }
-
-    fn apply(&self, change: lru::Change) {
-        if change.entries != 0 {
-            self.entries.increment(change.entries as f64);
-        }
-        if change.weight != 0 {
-            self.bytes.increment(change.weight as f64);
-        }
-    }
 }
 
-/// A byte-weighted LRU of values under a read-write lock (hits only read), with gauges.
+type Inner<V> = Cache<Key, Entry<V>, Charge, DefaultHashBuilder, Accounting>;
+
+/// A byte-weighted quick_cache with an optional exact entry cap, counters and gauges.
 struct WeightedCache<V> {
-    lru: RwLock<lru::Lru<V>>,
+    /// `None` when an entry cap of 0 turns the cache off.
+    cache: Option<Inner<V>>,
+    /// This cache's share of the gauges. Updated after each operation, so a concurrent
+    /// eviction of an entry whose insert is not yet counted can briefly take it below zero.
+    entries: AtomicI64,
+    bytes: AtomicI64,
     gauges: Gauges,
 }
 
 impl<V: Clone> WeightedCache<V> {
-    fn new(max_bytes: u64, max_entries: Option<usize>, gauges: Gauges) -> Self {
-        let lru = lru::Lru::new(max_bytes, max_entries.unwrap_or(usize::MAX));
+    fn new(max_bytes: u64, max_entries: Option<usize>, sizing: Sizing, gauges: Gauges) -> Self {
+        let cache = (max_entries != Some(0)).then(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+            // quick_cache's default of 4 shards per core, fewer if `largest_entry` would not fit.
+            let mut shards = (cores * 4).next_power_of_two();
+            while shards > 1 && hot_share(max_bytes / shards) < sizing.largest_entry {
+                shards /= 2;
+            }
+            // A multiple of the shard count, so the shards' shares add up to no more than the
+            // budget (quick_cache rounds each share up). It stays one if quick_cache halves the
+            // shard count, which it does until each expects at least 32 entries.
+            let capacity = max_bytes / shards * shards;
+            let max_entries = max_entries.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
+            let by_bytes = max_bytes / sizing.typical_entry;
+            let estimated = max_entries
+                .map_or(by_bytes, |n| n.min(by_bytes))
+                .clamp(1, MAX_ESTIMATED_ENTRIES);
+            // `n` entries each charged over `capacity / (n + 1)` weigh more than `capacity`
+            // when n exceeds the cap. The charge stays under a shard's hot share: with one
+            // shard it is at most half the capacity plus one; with more, quick_cache gives
+            // each shard at least 32 expected entries, so the cap is at least 32 per shard.
+            let min = max_entries.map_or(0, |n| capacity / n.saturating_add(1) + 1);
+            let options = OptionsBuilder::new()
+                .shards(shards as usize)
+                .hot_allocation(HOT_ALLOCATION)
+                .estimated_items_capacity(estimated as usize)
+                .weight_capacity(capacity)
+                .build()
+                .expect("both required options are set");
+            Cache::with_options(
+                options,
+                Charge { min },
+                DefaultHashBuilder::default(),
+                Accounting,
+            )
+        });
         Self {
-            lru: RwLock::new(lru),
+            cache,
+            entries: AtomicI64::new(0),
+            bytes: AtomicI64::new(0),
             gauges,
         }
     }
 
-    // A panic while holding a lock leaves every entry whole (the map is updated in one step);
-    // keep serving rather than poisoning every later load.
-    fn read(&self) -> RwLockReadGuard<'_, lru::Lru<V>> {
-        self.lru.read().unwrap_or_else(|p| p.into_inner())
+    fn apply(&self, change: Change) {
+        if change.entries != 0 {
+            self.entries.fetch_add(change.entries, Ordering::Relaxed);
+            self.gauges.entries.increment(change.entries as f64);
+        }
+        if change.bytes != 0 {
+            self.bytes.fetch_add(change.bytes, Ordering::Relaxed);
+            self.gauges.bytes.increment(change.bytes as f64);
+        }
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, lru::Lru<V>> {
-        self.lru.write().unwrap_or_else(|p| p.into_inner())
+    fn get(&self, key: &Key) -> Option<V> {
+        Some(self.cache.as_ref()?.get(key)?.value)
     }
 
-    fn get(&self, key: &lru::Key) -> Option<V> {
-        self.read().get(key)
+    fn insert(&self, key: Key, value: V, payload: u64) {
+        let Some(cache) = &self.cache else { return };
+        let weight = payload.saturating_add(ENTRY_OVERHEAD_BYTES);
+        let mut evicted = Evicted::default();
+        cache.insert_with_lifecycle(key, Entry { value, weight }, &mut evicted);
+        // Count the insert, then whatever `Accounting` saw leave (which includes this value
+        // when it was refused as too heavy).
+        self.apply(Change {
+            entries: 1 - evicted.entries,
+            bytes: signed(weight) - evicted.weight,
+        });
     }
 
-    fn insert(&self, key: lru::Key, value: V, weight: u64) {
-        let change = self
-            .write()
-            .insert(key, value, weight + ENTRY_OVERHEAD_BYTES);
-        self.gauges.apply(change);
-    }
-
-    fn remove(&self, key: &lru::Key) {
-        let change = self.write().remove(key);
-        self.gauges.apply(change);
+    fn remove(&self, key: &Key) {
+        let Some(cache) = &self.cache else { return };
+        if let Some((_, entry)) = cache.remove(key) {
+            self.apply(Change {
+                entries: -1,
+                bytes: -signed(entry.weight),
+            });
+        }
     }
 
     fn clear(&self) {
-        let change = self.write().clear();
-        self.gauges.apply(change);
+        let Some(cache) = &self.cache else { return };
+        // `drain` rather than `clear`, which would not say what it dropped.
+        let mut change = Change::default();
+        for (_, entry) in cache.drain() {
+            change.entries -= 1;
+            change.bytes -= signed(entry.weight);
+        }
+        self.apply(change);
     }
 
     fn stats(&self) -> CacheStats {
-        let lru = self.read();
         CacheStats {
-            entries: lru.len(),
-            bytes: lru.weight(),
+            entries: usize::try_from(self.entries.load(Ordering::Relaxed)).unwrap_or(0),
+            bytes: u64::try_from(self.bytes.load(Ordering::Relaxed)).unwrap_or(0),
         }
     }
+}
+
+/// The weight a shard of `shard_bytes` admits at most.
+fn hot_share(shard_bytes: u64) -> u64 {
+    (shard_bytes as f64 * HOT_ALLOCATION) as u64
 }
 
 impl<V> Drop for WeightedCache<V> {
     fn drop(&mut self) {
         // Take this cache's share out of the process-wide gauges.
-        let lru = self.lru.get_mut().unwrap_or_else(|p| p.into_inner());
-        self.gauges.entries.decrement(lru.len() as f64);
-        self.gauges.bytes.decrement(lru.weight() as f64);
+        self.gauges
+            .entries
+            .decrement(*self.entries.get_mut() as f64);
+        self.gauges.bytes.decrement(*self.bytes.get_mut() as f64);
     }
 }
 
@@ -169,7 +364,7 @@ pub struct CacheStats {
     pub bytes: u64,
 }
 
-/// The worker's decoded-image cache: `Arc<DecodedImage>` values in a byte-weighted LRU.
+/// The worker's decoded-image cache: `Arc<DecodedImage>` values, weighed in bytes.
 ///
 /// Gauges: `mmcache_decoded_cache_entries`, `mmcache_decoded_cache_bytes`.
 pub struct DecodedCache {
@@ -187,22 +382,25 @@ impl std::fmt::Debug for DecodedCache {
 impl DecodedCache {
     /// A cache holding at most `max_bytes` of weighed entries and, when given, at most
     /// `max_entries` entries (`Some(0)` turns it off, as `DYN_MM_IMAGE_CACHE_SIZE=0` does).
+    /// The cap is held by a minimum charge per entry; see the crate's "Memory accounting".
     pub fn new(max_bytes: u64, max_entries: Option<usize>) -> Self {
         let gauges = Gauges::new(
             "mmcache_decoded_cache_entries",
             "mmcache_decoded_cache_bytes",
         );
         Self {
-            inner: WeightedCache::new(max_bytes, max_entries, gauges),
+            inner: WeightedCache::new(max_bytes, max_entries, DECODED_SIZING, gauges),
         }
     }
 
-    /// The image cached for `identity`, marked most recently used.
+    /// The image cached for `identity`; a hit counts as a use, which protects it from eviction.
     pub fn get(&self, identity: &CacheIdentity) -> Option<Arc<DecodedImage>> {
         self.inner.get(&identity_key(identity))
     }
 
-    /// Caches `image` for `identity`, evicting least recently used entries as needed.
+    /// Caches `image` for `identity` (replacing what was there), evicting entries as needed.
+    /// An image too heavy for the budget is not stored, and any older one under `identity` is
+    /// gone.
     pub fn insert(&self, identity: &CacheIdentity, image: Arc<DecodedImage>) {
         let weight = image.byte_len() as u64;
         self.inner.insert(identity_key(identity), image, weight);
@@ -218,7 +416,8 @@ impl DecodedCache {
         self.inner.clear();
     }
 
-    /// Entries and bytes held now.
+    /// Entries and bytes held now (an operation still running on another thread may not be
+    /// counted yet).
     pub fn stats(&self) -> CacheStats {
         self.inner.stats()
     }
@@ -242,7 +441,7 @@ impl<T> Weighted for Arc<Vec<T>> {
     }
 }
 
-/// A byte-weighted LRU of embeddings keyed by (image identity, model id). The identity carries
+/// A byte-weighted cache of embeddings keyed by (image identity, model id). The identity carries
 /// the scope digest in scoped mode, so the cache is partitioned by scope exactly like the
 /// image cache; a load without a usable scope has no identity and does not reach it.
 ///
@@ -265,11 +464,11 @@ impl<E: Weighted + Clone> EmbeddingCache<E> {
             "mmcache_embedding_cache_bytes",
         );
         Self {
-            inner: WeightedCache::new(max_bytes, None, gauges),
+            inner: WeightedCache::new(max_bytes, None, EMBEDDING_SIZING, gauges),
         }
     }
 
-    fn key(identity: &CacheIdentity, model: &str) -> lru::Key {
+    fn key(identity: &CacheIdentity, model: &str) -> Key {
         let mut h = blake3::Hasher::new();
         // Length-prefixed so ("ab", "c") and ("a", "bc") differ.
         h.update(&(identity.as_str().len() as u64).to_le_bytes());
@@ -278,7 +477,7 @@ impl<E: Weighted + Clone> EmbeddingCache<E> {
         *h.finalize().as_bytes()
     }
 
-    /// The embedding of `identity` under `model`, marked most recently used.
+    /// The embedding of `identity` under `model`; a hit counts as a use.
     pub fn get(&self, identity: &CacheIdentity, model: &str) -> Option<E> {
         self.inner.get(&Self::key(identity, model))
     }
@@ -298,6 +497,10 @@ impl<E: Weighted + Clone> EmbeddingCache<E> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU64;
+
     use super::*;
     use mmcache_scope::Scope;
 
@@ -311,21 +514,38 @@ mod tests {
         )
     }
 
+    fn id(i: usize) -> CacheIdentity {
+        CacheIdentity::unscoped(&format!("https://e.com/{i}"))
+    }
+
+    /// The counters agree with what quick_cache holds, and both limits hold.
+    fn assert_consistent<V: Clone>(cache: &WeightedCache<V>, max_bytes: u64) {
+        let stats = cache.stats();
+        let inner = cache.cache.as_ref().unwrap();
+        let real: u64 = inner.iter().map(|(_, e)| e.weight).sum();
+        assert_eq!(stats.entries, inner.len());
+        assert_eq!(stats.bytes, real);
+        assert!(
+            inner.weight() <= max_bytes,
+            "{} > {max_bytes}",
+            inner.weight()
+        );
+    }
+
     #[test]
-    fn decoded_cache_weighs_bytes_and_keeps_recency() {
+    fn decoded_cache_weighs_bytes_and_keeps_what_was_hit() {
         let one = img(10, 10); // 300 bytes + overhead
         let per = 300 + ENTRY_OVERHEAD_BYTES;
         let cache = DecodedCache::new(per * 3, None);
-        let ids: Vec<_> = (0..4)
-            .map(|i| CacheIdentity::unscoped(&format!("https://e.com/{i}")))
-            .collect();
-        for id in &ids[..3] {
-            cache.insert(id, one.clone());
+        for i in 0..3 {
+            cache.insert(&id(i), one.clone());
         }
-        assert!(cache.get(&ids[0]).is_some()); // 0 most recent; 1 least
-        cache.insert(&ids[3], one.clone());
-        assert!(cache.get(&ids[1]).is_none());
-        assert!(cache.get(&ids[0]).is_some() && cache.get(&ids[2]).is_some());
+        assert!(Arc::ptr_eq(&cache.get(&id(0)).unwrap(), &one)); // a hit is the same Arc
+        cache.insert(&id(3), one.clone());
+        assert!(cache.get(&id(0)).is_some(), "the entry that was hit stays");
+        assert!(cache.get(&id(3)).is_some(), "the new entry is in");
+        let gone = (1..3).filter(|&i| cache.get(&id(i)).is_none()).count();
+        assert_eq!(gone, 1);
         assert_eq!(
             cache.stats(),
             CacheStats {
@@ -333,6 +553,75 @@ mod tests {
                 bytes: per * 3
             }
         );
+        assert_consistent(&cache.inner, per * 3);
+    }
+
+    #[test]
+    fn hot_entry_survives_a_scan_of_one_off_inserts() {
+        let one = img(10, 10);
+        let per = 300 + ENTRY_OVERHEAD_BYTES;
+        let cache = DecodedCache::new(per * 10, None);
+        cache.insert(&id(0), one.clone());
+        for _ in 0..3 {
+            assert!(cache.get(&id(0)).is_some());
+        }
+        // Strict LRU would have evicted id 0 at the 10th one-off insert.
+        for i in 1..=100 {
+            cache.insert(&id(i), one.clone());
+        }
+        assert!(cache.get(&id(0)).is_some());
+        assert!(cache.get(&id(100)).is_some());
+        assert_eq!(cache.stats().entries, 10);
+        assert_consistent(&cache.inner, per * 10);
+    }
+
+    #[test]
+    fn entry_cap_is_exact() {
+        let one = img(2, 2);
+        let per = 12 + ENTRY_OVERHEAD_BYTES;
+        let cache = DecodedCache::new(1 << 20, Some(2));
+        for i in 0..3 {
+            cache.insert(&id(i), one.clone());
+        }
+        assert!(cache.get(&id(2)).is_some());
+        // Real weights are reported, not the minimum charge that holds the cap.
+        assert_eq!(
+            cache.stats(),
+            CacheStats {
+                entries: 2,
+                bytes: 2 * per
+            }
+        );
+
+        let single = DecodedCache::new(1 << 20, Some(1));
+        single.insert(&id(0), one.clone());
+        single.insert(&id(1), one.clone());
+        assert!(single.get(&id(1)).is_some());
+        assert_eq!(single.stats().entries, 1);
+
+        let seven = DecodedCache::new(1 << 20, Some(7));
+        for i in 0..500 {
+            seven.insert(&id(i), one.clone());
+            if i % 3 == 0 {
+                seven.get(&id(i / 2));
+            }
+            assert!(seven.stats().entries <= 7);
+        }
+        assert_eq!(
+            seven.stats().entries,
+            7,
+            "the cap, not the charge, is the limit"
+        );
+        assert_consistent(&seven.inner, 1 << 20);
+
+        // Sharded: each shard holds its share of the cap.
+        let sharded = DecodedCache::new(1 << 30, Some(1000));
+        assert!(sharded.inner.cache.as_ref().unwrap().num_shards() > 1);
+        for i in 0..5000 {
+            sharded.insert(&id(i), one.clone());
+        }
+        assert!(sharded.stats().entries <= 1000);
+        assert_consistent(&sharded.inner, 1 << 30);
     }
 
     #[test]
@@ -341,6 +630,35 @@ mod tests {
         let id = CacheIdentity::unscoped("https://e.com/x");
         cache.insert(&id, img(2, 2));
         assert!(cache.get(&id).is_none());
+        assert_eq!(cache.stats(), CacheStats::default());
+    }
+
+    #[test]
+    fn too_heavy_is_not_stored_and_drops_the_older_value() {
+        let per = 300 + ENTRY_OVERHEAD_BYTES;
+        let cache = DecodedCache::new(per * 3, None);
+        cache.insert(&id(0), img(10, 10));
+        cache.insert(&id(0), img(30, 30)); // 2,700 bytes: over the whole budget
+        assert!(cache.get(&id(0)).is_none());
+        assert_eq!(cache.stats(), CacheStats::default());
+    }
+
+    #[test]
+    fn remove_and_clear() {
+        let one = img(2, 2);
+        let cache = DecodedCache::new(1 << 20, None);
+        for i in 0..5 {
+            cache.insert(&id(i), one.clone());
+        }
+        cache.remove(&id(1));
+        cache.remove(&id(99)); // absent: no change
+        assert!(cache.get(&id(1)).is_none());
+        assert_eq!(cache.stats().entries, 4);
+        assert_consistent(&cache.inner, 1 << 20);
+        cache.clear();
+        assert!((0..5).all(|i| cache.get(&id(i)).is_none()));
+        assert_eq!(cache.stats(), CacheStats::default());
+        assert_eq!(cache.inner.cache.as_ref().unwrap().len(), 0);
     }
 
     #[test]
@@ -357,7 +675,8 @@ mod tests {
 
     #[test]
     fn embedding_cache_keys_by_identity_and_model() {
-        let cache: EmbeddingCache<Arc<[f32]>> = EmbeddingCache::new(64 + 2 * ENTRY_OVERHEAD_BYTES);
+        let budget = 64 + 2 * ENTRY_OVERHEAD_BYTES;
+        let cache: EmbeddingCache<Arc<[f32]>> = EmbeddingCache::new(budget);
         let id = CacheIdentity::unscoped("https://e.com/x.png");
         let v: Arc<[f32]> = Arc::from(vec![1.0f32; 8]); // 32 bytes
         cache.insert(&id, "clip", v.clone());
@@ -366,8 +685,153 @@ mod tests {
         let scoped = CacheIdentity::scoped(&Scope::new("s").unwrap(), "https://e.com/x.png");
         assert!(cache.get(&scoped, "clip").is_none());
         cache.insert(&id, "siglip", v.clone());
-        cache.insert(&scoped, "clip", v.clone()); // third entry evicts the least recent
+        cache.insert(&scoped, "clip", v.clone()); // a third entry does not fit
         assert_eq!(cache.stats().entries, 2);
-        assert!(cache.get(&id, "clip").is_none());
+        assert!(cache.get(&scoped, "clip").is_some());
+        assert_consistent(&cache.inner, budget);
+    }
+
+    /// Gauges as `f64` bits, per name; every cache registered under it adds to them.
+    #[derive(Default)]
+    struct GaugeRecorder(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+    impl GaugeRecorder {
+        fn value(&self, name: &str) -> f64 {
+            let gauges = self.0.lock().unwrap();
+            f64::from_bits(gauges[name].load(Ordering::Relaxed))
+        }
+    }
+
+    impl metrics::Recorder for GaugeRecorder {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            metrics::Counter::noop()
+        }
+        fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            let mut gauges = self.0.lock().unwrap();
+            metrics::Gauge::from_arc(gauges.entry(key.name().to_owned()).or_default().clone())
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn gauges_follow_the_caches_and_return_to_zero_on_drop() {
+        let recorder = GaugeRecorder::default();
+        let per = 300 + ENTRY_OVERHEAD_BYTES;
+        let (a, b) = metrics::with_local_recorder(&recorder, || {
+            (
+                DecodedCache::new(per * 4, None),
+                DecodedCache::new(1 << 20, Some(3)),
+            )
+        });
+        let gauges = || {
+            (
+                recorder.value("mmcache_decoded_cache_entries"),
+                recorder.value("mmcache_decoded_cache_bytes"),
+            )
+        };
+        let sum = |caches: &[&DecodedCache]| {
+            let entries = caches.iter().map(|c| c.stats().entries as f64).sum::<f64>();
+            let bytes = caches.iter().map(|c| c.stats().bytes as f64).sum::<f64>();
+            (entries, bytes)
+        };
+        // Inserts that evict, a replacement, a refused value, a remove and a clear.
+        for i in 0..10 {
+            a.insert(&id(i), img(10, 10));
+            b.insert(&id(i), img(2, 2));
+        }
+        a.insert(&id(9), img(5, 5));
+        a.insert(&id(8), img(40, 40));
+        b.remove(&id(9));
+        assert!(sum(&[&a, &b]).0 > 0.0);
+        assert_eq!(gauges(), sum(&[&a, &b]));
+        assert_consistent(&a.inner, per * 4);
+        assert_consistent(&b.inner, 1 << 20);
+        b.clear();
+        assert_eq!(gauges(), sum(&[&a]));
+        b.insert(&id(0), img(2, 2));
+        drop(a);
+        assert_eq!(gauges(), sum(&[&b]));
+        drop(b);
+        assert_eq!(gauges(), (0.0, 0.0));
+    }
+
+    #[test]
+    fn many_tiny_entries_keep_the_budget() {
+        // The hand-written LRU scanned every entry per eviction: seconds per insert at this size.
+        let one = img(1, 1);
+        let budget = 1 << 20;
+        for max_entries in [None, Some(1000)] {
+            let cache = DecodedCache::new(budget, max_entries);
+            for i in 0..200_000 {
+                cache.insert(&id(i), one.clone());
+                if i % 20_000 == 0 {
+                    assert!(cache.stats().bytes <= budget);
+                }
+            }
+            let stats = cache.stats();
+            assert!(stats.bytes <= budget, "{stats:?}");
+            // Full up to whichever limit binds.
+            match max_entries {
+                Some(cap) => assert_eq!(stats.entries, cap),
+                None => assert!(stats.bytes > budget / 2, "{stats:?}"),
+            }
+            assert!(cache.get(&id(199_999)).is_some());
+            assert_consistent(&cache.inner, budget);
+        }
+    }
+
+    #[test]
+    fn cache_structures_stay_within_their_overhead_share() {
+        // Expect as many entries as fit, so the ghost list fills too (the worst case).
+        let per = 12 + ENTRY_OVERHEAD_BYTES;
+        let sizing = Sizing {
+            typical_entry: per,
+            largest_entry: per,
+        };
+        let gauges = Gauges::new("test_entries", "test_bytes");
+        let cache = WeightedCache::new(per * 4096, None, sizing, gauges);
+        let one = img(2, 2);
+        for i in 0..50_000 {
+            cache.insert(identity_key(&id(i)), one.clone(), 12);
+        }
+        let inner = cache.cache.as_ref().unwrap();
+        let per_entry = inner.memory_used().total() as u64 / inner.len() as u64;
+        // The rest of the overhead is the `Arc` allocation (64), malloc slack on the pixels
+        // (16), and the slab's growth headroom, which `memory_used` does not see.
+        assert!(
+            per_entry <= ENTRY_OVERHEAD_BYTES - 64 - 16 - 48,
+            "{per_entry} bytes"
+        );
     }
 }

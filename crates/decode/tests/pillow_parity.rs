@@ -30,6 +30,7 @@ fn generate() -> Option<(PathBuf, String, Vec<Case>)> {
     let python = std::env::var("MMCACHE_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/pillow/make_cases.py");
     let out = std::env::temp_dir().join(format!("mmcache-pillow-parity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(&python).arg(&script).arg(&out).output();
     match run {
         Ok(o) if o.status.success() => {}
@@ -61,6 +62,15 @@ fn generate() -> Option<(PathBuf, String, Vec<Case>)> {
         })
         .collect();
     Some((out, versions, cases))
+}
+
+/// Removes the generated cases, whatever the test's outcome.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// One row of the per-kind table.
@@ -117,6 +127,7 @@ fn every_kind_decodes_to_pillows_bytes() {
     let Some((dir, versions, cases)) = generate() else {
         return;
     };
+    let _cleanup = RemoveOnDrop(dir.clone());
     assert!(cases.len() > 100, "only {} cases", cases.len());
     let turbo = DecodeLimits::default().with_jpeg_decoder(JpegDecoder::LibjpegTurbo);
     let pure = DecodeLimits::default().with_jpeg_decoder(JpegDecoder::PureRust);
@@ -185,7 +196,6 @@ fn every_kind_decodes_to_pillows_bytes() {
             k.pure()
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
     assert!(
         mismatches.is_empty(),
         "{} of {} cases differ from Pillow ({versions}):\n{}",

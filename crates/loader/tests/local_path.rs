@@ -108,28 +108,28 @@ async fn a_failed_load_is_not_cached_and_the_next_call_retries() {
 }
 
 #[tokio::test]
-async fn decoded_cache_evicts_least_recently_used() {
+async fn decoded_cache_holds_its_budget_and_keeps_what_is_used() {
     let origin = TestOrigin::start();
     for p in ["/a", "/b", "/c"] {
         origin.set(p, Route::ok(images::png(10, 10, 1)));
     }
     // Room for two 10x10 images (300 bytes + overhead each), not three.
-    let loader = builder()
-        .decoded_cache_bytes(2 * (300 + 128))
-        .build()
-        .unwrap();
+    let per = 300 + mmcache_loader::decode::ENTRY_OVERHEAD_BYTES;
+    let loader = builder().decoded_cache_bytes(2 * per).build().unwrap();
     let load = |p: &'static str| {
         let (loader, url) = (loader.clone(), origin.url(p));
         async move { loader.load_detailed(&url, None).await.unwrap().source }
     };
     load("/a").await;
     load("/b").await;
-    assert_eq!(load("/a").await, Source::Memory); // a is now the most recent
-    load("/c").await; // evicts b
+    for _ in 0..3 {
+        assert_eq!(load("/a").await, Source::Memory); // a is used again and again
+    }
+    load("/c").await; // one must go: not the one in use
     assert_eq!(load("/a").await, Source::Memory);
-    assert_eq!(load("/b").await, Source::Origin);
-    assert_eq!(origin.hits("/b"), 2);
-    assert_eq!(loader.decoded_cache().stats().entries, 2);
+    let stats = loader.decoded_cache().stats();
+    assert!(stats.entries <= 2 && stats.bytes <= 2 * per, "{stats:?}");
+    assert_eq!(origin.hits("/a"), 1);
 }
 
 #[tokio::test]

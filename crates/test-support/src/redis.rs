@@ -16,9 +16,19 @@ use anyhow::{Context, bail};
 
 const SLOTS: u16 = 16384;
 
+/// The server binary the harness starts: `redis-server`, or the one named by
+/// `MMCACHE_TEST_SERVER` (a `valkey-server`, to run the same tests against Valkey; the
+/// harness keeps driving it with `redis-cli`, which speaks to both).
+pub fn server_binary() -> String {
+    std::env::var("MMCACHE_TEST_SERVER")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
 /// Why a Redis test could not run: the binaries are missing.
 pub fn redis_available() -> bool {
-    ["redis-server", "redis-cli"].iter().all(|b| {
+    [server_binary().as_str(), "redis-cli"].iter().all(|b| {
         Command::new(b)
             .arg("--version")
             .stdout(Stdio::null())
@@ -248,7 +258,7 @@ impl RedisCluster {
     }
 
     fn spawn(&self, node: &mut Node) -> anyhow::Result<()> {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(server_binary());
         let port = node.port.to_string();
         let ip = node.ip.to_string();
         if let Some(tls) = &self.tls_dir {
@@ -316,7 +326,7 @@ impl RedisCluster {
             .stderr(Stdio::null());
         let child = cmd
             .spawn()
-            .context("spawn redis-server (is it installed?)")?;
+            .with_context(|| format!("spawn {} (is it installed?)", server_binary()))?;
         node.child = Some(child);
         node.stopped = false;
         node.hung.store(false, Ordering::Relaxed);
