@@ -1,0 +1,301 @@
+//! The builder: configuration from the environment or by hand, validated, then one
+//! [`Loader`] with its origin client, shared cache, decoded cache, decode budget and hedge.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use mmcache_decode::{DecodeLimits, DecodedCache};
+use mmcache_origin::{Origin, OriginConfig};
+use mmcache_shared_cache::{SharedCache, SharedCacheConfig};
+
+use crate::budget::DecodeBudget;
+use crate::hedge::{Hedge, HedgeSettings};
+use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, env, metrics};
+
+/// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
+/// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct LoaderBuilder {
+    config: Config,
+    clock: Option<Arc<dyn mmcache_shared_cache::Clock>>,
+}
+
+impl LoaderBuilder {
+    /// A builder holding the configuration read from the environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad variable and its value.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            config: Config::from_env()?,
+            clock: None,
+        })
+    }
+
+    /// A builder holding `config`.
+    pub fn from_config(config: Config) -> Self {
+        Self {
+            config,
+            clock: None,
+        }
+    }
+
+    /// The configuration so far.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Turns the shared cache on or off.
+    pub fn shared_cache(mut self, enabled: bool) -> Self {
+        self.config.shared.enabled = enabled;
+        self
+    }
+
+    /// Sets the shared-cache discovery URL and turns the shared cache on.
+    pub fn shared_cache_url(mut self, url: impl Into<String>) -> Self {
+        self.config.shared.url = Some(url.into());
+        self.config.shared.enabled = true;
+        self
+    }
+
+    /// Shared-cache entry TTL.
+    pub fn shared_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.config.shared.ttl = ttl;
+        self
+    }
+
+    /// Shared-cache connect timeout.
+    pub fn shared_cache_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shared.connect_timeout = timeout;
+        self
+    }
+
+    /// Shared-cache response timeout.
+    pub fn shared_cache_io_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shared.io_timeout = timeout;
+        self
+    }
+
+    /// Largest value written to the shared cache.
+    pub fn shared_cache_max_value_bytes(mut self, bytes: usize) -> Self {
+        self.config.shared.max_value_bytes = bytes;
+        self
+    }
+
+    /// Root CA (PEM) to trust for `rediss://`.
+    pub fn shared_cache_tls_root_ca(mut self, pem: Vec<u8>) -> Self {
+        self.config.shared.tls_root_ca_pem = Some(pem);
+        self
+    }
+
+    /// Per-node circuit breakers of the shared cache.
+    pub fn shared_cache_breaker(mut self, breaker: mmcache_shared_cache::BreakerConfig) -> Self {
+        self.config.shared.breaker = breaker;
+        self
+    }
+
+    /// Stampede lease on shared-cache misses.
+    pub fn shared_cache_lease(mut self, lease: LeaseSettings) -> Self {
+        self.config.shared.lease = lease;
+        self
+    }
+
+    /// Write-behind of shared-cache SETs.
+    pub fn shared_cache_write_behind(
+        mut self,
+        write_behind: mmcache_shared_cache::WriteBehindConfig,
+    ) -> Self {
+        self.config.shared.write_behind = write_behind;
+        self
+    }
+
+    /// Hedged shared-cache GETs and bounded SET waits.
+    pub fn shared_cache_hedge(mut self, hedge: HedgeSettings) -> Self {
+        self.config.shared.hedge = hedge;
+        self
+    }
+
+    /// The clock of the shared cache's warnings and breakers (tests).
+    pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Body cap in bytes.
+    pub fn max_file_size_bytes(mut self, bytes: u64) -> Self {
+        self.config.max_file_size_bytes = bytes;
+        self
+    }
+
+    /// Partition caches by session scope.
+    pub fn session_scoped(mut self, on: bool) -> Self {
+        self.config.session_scoped = on;
+        self
+    }
+
+    /// Allow `http://` and internal addresses.
+    pub fn allow_internal(mut self, on: bool) -> Self {
+        self.config.allow_internal = on;
+        self
+    }
+
+    /// Hosts images may come from (`MMCACHE_ALLOWED_MEDIA_DOMAINS`): `example.com` exactly,
+    /// `*.example.com` for its subdomains, IP addresses. Empty: every host.
+    pub fn allowed_media_domains<S: Into<String>>(
+        mut self,
+        domains: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.config.allowed_media_domains = domains.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Decoded-cache byte budget.
+    pub fn decoded_cache_bytes(mut self, bytes: u64) -> Self {
+        self.config.decoded_cache_bytes = bytes;
+        self
+    }
+
+    /// Decoded-cache entry cap (`Some(0)` turns the cache off).
+    pub fn decoded_cache_entries(mut self, entries: Option<usize>) -> Self {
+        self.config.decoded_cache_entries = entries;
+        self
+    }
+
+    /// Pixel limit of one image.
+    pub fn max_pixels(mut self, pixels: u64) -> Self {
+        self.config.max_pixels = pixels;
+        self
+    }
+
+    /// How the JPEG decoder is chosen (`MMCACHE_JPEG_DECODER`).
+    pub fn jpeg_decoder(mut self, choice: mmcache_decode::JpegDecoderChoice) -> Self {
+        self.config.jpeg_decoder = choice;
+        self
+    }
+
+    /// Path of libturbojpeg to load (`MMCACHE_LIBTURBOJPEG`).
+    pub fn libturbojpeg(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.libturbojpeg = Some(path.into());
+        self
+    }
+
+    /// Bytes all running decodes may hold together (`MMCACHE_DECODE_MEMORY_BYTES`).
+    pub fn decode_memory_bytes(mut self, bytes: u64) -> Self {
+        self.config.decode_memory_bytes = bytes;
+        self
+    }
+
+    /// Decodes running at once (`MMCACHE_DECODE_CONCURRENCY`).
+    pub fn decode_concurrency(mut self, decodes: usize) -> Self {
+        self.config.decode_concurrency = decodes;
+        self
+    }
+
+    /// Longest wait for the decode budget (`MMCACHE_DECODE_WAIT_SECS`).
+    pub fn decode_wait(mut self, wait: Duration) -> Self {
+        self.config.decode_wait = wait;
+        self
+    }
+
+    /// Origin connect timeout.
+    pub fn origin_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.origin_connect_timeout = timeout;
+        self
+    }
+
+    /// Origin overall deadline per fetch.
+    pub fn origin_timeout(mut self, timeout: Duration) -> Self {
+        self.config.origin_timeout = timeout;
+        self
+    }
+
+    /// Validates and builds. Does no network I/O: the shared cache connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for an invalid setting, a refused cache URL or a client that cannot be
+    /// built.
+    pub fn build(self) -> Result<Loader, ConfigError> {
+        let config = self.config;
+        config.validate()?;
+        let mut origin_config = OriginConfig::default();
+        origin_config.allow_internal = config.allow_internal;
+        origin_config.allowed_domains = mmcache_origin::DomainAllowlist::new(
+            &config.allowed_media_domains,
+        )
+        .map_err(|reason| ConfigError::Invalid {
+            name: env::ALLOWED_MEDIA_DOMAINS,
+            value: reason.chars().take(64).collect(),
+            expected: "host names, *.host names or IP addresses",
+        })?;
+        origin_config.max_body_bytes = config.max_file_size_bytes;
+        origin_config.connect_timeout = config.origin_connect_timeout;
+        origin_config.timeout = config.origin_timeout;
+        let origin = Origin::new(origin_config).map_err(|e| ConfigError::Origin(e.to_string()))?;
+        let shared = match (&config.shared.enabled, &config.shared.url) {
+            (true, Some(url)) => {
+                let mut c = SharedCacheConfig::new(url.clone());
+                c.ttl = config.shared.ttl;
+                c.connect_timeout = config.shared.connect_timeout;
+                c.io_timeout = config.shared.io_timeout;
+                c.max_value_bytes = config.shared.max_value_bytes;
+                // A cached value may be as large as a download may be, never larger.
+                c.max_read_bytes =
+                    usize::try_from(config.max_file_size_bytes).unwrap_or(usize::MAX);
+                c.tls_root_ca_pem = config.shared.tls_root_ca_pem.clone();
+                c.breaker = config.shared.breaker;
+                c.write_behind = config.shared.write_behind;
+                if let Some(clock) = self.clock {
+                    c.clock = clock;
+                }
+                Some(SharedCache::new(c)?)
+            }
+            _ => None,
+        };
+        let jpeg = mmcache_decode::select_jpeg_decoder(
+            config.jpeg_decoder,
+            config.libturbojpeg.as_deref(),
+        )
+        .map_err(|e| ConfigError::JpegDecoder(e.to_string()))?;
+        match (&jpeg.library, &jpeg.fallback_reason) {
+            (Some(library), _) => {
+                tracing::info!(decoder = jpeg.decoder.as_str(), library = %library.display(), "JPEG decoder");
+            }
+            (None, Some(reason)) => tracing::warn!(
+                decoder = jpeg.decoder.as_str(),
+                %reason,
+                "libjpeg-turbo did not load; JPEG pixels may differ from Pillow's by a few levels \
+                 (install libturbojpeg0, or set MMCACHE_JPEG_DECODER=libjpeg-turbo to require it)"
+            ),
+            (None, None) => tracing::info!(decoder = jpeg.decoder.as_str(), "JPEG decoder"),
+        }
+        ::metrics::gauge!(metrics::JPEG_DECODER_INFO, "decoder" => jpeg.decoder.as_str()).set(1.0);
+        let limits =
+            DecodeLimits::with_max_pixels(config.max_pixels).with_jpeg_decoder(jpeg.decoder);
+        let budget = DecodeBudget::new(
+            config.decode_concurrency,
+            config.decode_memory_bytes,
+            config.decode_wait,
+        );
+        let decoded = DecodedCache::new(config.decoded_cache_bytes, config.decoded_cache_entries);
+        let memory_hits =
+            ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
+        Ok(Loader {
+            inner: Arc::new(Inner {
+                limits,
+                budget,
+                hedge: Arc::new(Hedge::new(config.shared.hedge)),
+                config,
+                origin,
+                shared,
+                decoded,
+                inflight: DashMap::new(),
+                memory_hits,
+                metrics: metrics::Handles::new(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,394 @@
+//! The load's own task: the policy check, the shared cache (hedged GET, stampede lease,
+//! bounded SET) and the origin, then the decode within the decode budget.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mmcache_decode::DecodedImage;
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
+
+use crate::{Error, Inner, Loaded, Outcome, Result, Source};
+
+impl Inner {
+    /// Shared cache, then origin. Runs in the load's own task.
+    pub(crate) async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
+        // Policy first, DNS included: the shared cache must not serve what this worker may not
+        // fetch (a worker with internal access may have cached it). Resolutions are cached
+        // briefly by the origin client, which then connects to the same addresses.
+        self.origin.check_resolved(url).await?;
+        let Some(shared) = &self.shared else {
+            let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+            return Ok((image, Source::Origin, Some(bytes.len())));
+        };
+        let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
+            Raced::Cache(cached, outcome) => (cached, outcome),
+            Raced::Hit(hit) => return Ok(hit),
+            Raced::Origin(fetched) => return self.stored(shared, identity, fetched?).await,
+        };
+        if let Some(bytes) = cached {
+            if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                return Ok(hit);
+            }
+        } else if outcome == GetOutcome::Oversized {
+            // Larger than this worker may download, so larger than it may hold. Another worker
+            // with a larger cap may have written it legitimately: leave it, and let the origin
+            // (same cap) decide.
+            self.metrics.oversized().increment(1);
+            tracing::debug!("shared cache value over the download cap; not read");
+        } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
+            return self.fill_with_lease(shared, identity, url).await;
+        }
+        self.fill_from_origin(shared, identity, url).await
+    }
+
+    /// Decodes a cached value. Bytes that are not a valid image are deleted (`Ok(None)`: the
+    /// load goes to the origin). A limit of this worker's own (pixels, decode budget) is the
+    /// load's error: the entry may serve workers with other limits, so it stays.
+    async fn decode_cached(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        bytes: Bytes,
+    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+        let len = bytes.len();
+        match self.decode(bytes).await {
+            Ok(image) => Ok(Some((image, Source::Shared, Some(len)))),
+            Err(Error::Decode(e)) if e.is_not_an_image() => {
+                self.metrics.corrupt().increment(1);
+                tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
+                shared.delete(identity).await;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Origin, decode, then SET (or queue it, with write-behind) only the bytes that decoded.
+    async fn fill_from_origin(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Outcome {
+        let fetched = self.fetch_and_decode_bytes(url).await?;
+        self.stored(shared, identity, fetched).await
+    }
+
+    /// Writes what the origin gave (only bytes that decoded reach here). With hedging on, the
+    /// load waits for its SET at most the hedge budget; the write then goes on in the
+    /// background, bounded by the I/O timeout and the write-behind queue's limits.
+    async fn stored(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        (image, bytes): (Arc<DecodedImage>, Bytes),
+    ) -> Outcome {
+        let len = bytes.len();
+        if self.hedge.enabled() {
+            shared
+                .store_within(identity, bytes, self.hedge.set_wait())
+                .await;
+        } else {
+            shared.store(identity, bytes).await;
+        }
+        Ok((image, Source::Origin, Some(len)))
+    }
+
+    /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
+    /// fetch starts beside it and the first usable image wins (a late hit still wins if it
+    /// decodes before the origin answers). The GET runs in its own task, so a hedged-away GET
+    /// still finishes and its failure still counts toward the node's breaker.
+    async fn get_or_hedge(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Raced {
+        if !self.hedge.enabled() {
+            let (cached, outcome) = shared.get_with_outcome(identity).await;
+            return Raced::Cache(cached, outcome);
+        }
+        // The GET times itself in its task: a GET that loses to the origin still counts in the
+        // latency samples (and earns budget), so the delay follows slow GETs too.
+        let mut get = tokio::spawn({
+            let (shared, identity, hedge) = (shared.clone(), identity.clone(), self.hedge.clone());
+            async move {
+                let started = Instant::now();
+                let (cached, outcome) = shared.get_with_outcome(&identity).await;
+                if matches!(
+                    outcome,
+                    GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized
+                ) {
+                    hedge.observe(started.elapsed());
+                }
+                (cached, outcome)
+            }
+        });
+        let joined = |r: std::result::Result<
+            (Option<Bytes>, GetOutcome),
+            tokio::task::JoinError,
+        >| { r.unwrap_or((None, GetOutcome::Error)) };
+        let Some(delay) = self.hedge.delay_if_ready() else {
+            let (cached, outcome) = joined(get.await);
+            return Raced::Cache(cached, outcome);
+        };
+        if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
+            let (cached, outcome) = joined(r);
+            return Raced::Cache(cached, outcome);
+        }
+        if !self.hedge.try_take() {
+            self.record_hedge("over_budget");
+            let (cached, outcome) = joined(get.await);
+            return Raced::Cache(cached, outcome);
+        }
+        let origin = self.fetch_and_decode_bytes(url);
+        tokio::pin!(origin);
+        // Phase 1: whichever answers first.
+        let cached = tokio::select! {
+            fetched = &mut origin => match fetched {
+                Ok(fetched) => {
+                    self.record_hedge("origin_won");
+                    return Raced::Origin(Ok(fetched));
+                }
+                // A fast origin failure must not beat a slow cache hit: wait for the GET.
+                Err(e) => {
+                    let (cached, _) = joined(get.await);
+                    return match cached {
+                        Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
+                            Ok(Some(hit)) => {
+                                self.record_hedge("cache_won");
+                                Raced::Hit(hit)
+                            }
+                            _ => Raced::Origin(Err(e)),
+                        },
+                        None => Raced::Origin(Err(e)),
+                    };
+                }
+            },
+            r = &mut get => joined(r).0,
+        };
+        // Phase 2: a late hit races the origin through its decode.
+        if let Some(bytes) = cached {
+            let decoded = self.decode_cached(shared, identity, bytes);
+            tokio::pin!(decoded);
+            tokio::select! {
+                fetched = &mut origin => match fetched {
+                    Ok(fetched) => {
+                        self.record_hedge("origin_won");
+                        return Raced::Origin(Ok(fetched));
+                    }
+                    Err(e) => {
+                        if let Ok(Some(hit)) = decoded.await {
+                            self.record_hedge("cache_won");
+                            return Raced::Hit(hit);
+                        }
+                        return Raced::Origin(Err(e));
+                    }
+                },
+                d = &mut decoded => {
+                    if let Ok(Some(hit)) = d {
+                        self.record_hedge("cache_won");
+                        return Raced::Hit(hit);
+                    }
+                }
+            }
+        }
+        self.record_hedge("origin_won");
+        Raced::Origin(origin.await)
+    }
+
+    /// On a miss, one worker of the fleet takes the lease and fills the entry; the others poll
+    /// for it with backoff, bounded by the lease wait, then fetch from the origin themselves.
+    /// A waiter that finds the lease released or expired (its holder failed or died) takes it
+    /// over at once. Any lease failure falls back to the origin.
+    async fn fill_with_lease(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+    ) -> Outcome {
+        let lease = self.config.shared.lease;
+        let deadline = Instant::now() + lease.wait;
+        let mut pause = Duration::from_millis(5);
+        let mut waited = false;
+        loop {
+            match shared.try_lease(identity, lease.ttl).await {
+                LeaseOutcome::Won(token) => {
+                    self.record_lease(if waited { "took_over" } else { "won" });
+                    return self
+                        .fill_as_lease_holder(shared, identity, url, token)
+                        .await;
+                }
+                LeaseOutcome::Held => {}
+                _ => {
+                    self.record_lease("error");
+                    return self.fill_from_origin(shared, identity, url).await;
+                }
+            }
+            // Held by another worker: wait a little, then look for its entry.
+            if Instant::now() + pause >= deadline {
+                self.record_lease("waited_timeout");
+                return self.fill_from_origin(shared, identity, url).await;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+            waited = true;
+            let (cached, outcome) = shared.get_with_outcome(identity).await;
+            if let Some(bytes) = cached {
+                if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                    self.record_lease("waited_hit");
+                    return Ok(hit);
+                }
+                return self.fill_from_origin(shared, identity, url).await;
+            }
+            if outcome != GetOutcome::Miss {
+                return self.fill_from_origin(shared, identity, url).await; // the cache failed
+            }
+            // Still a miss: try the lease again (taken over if its holder let it go).
+        }
+    }
+
+    /// The lease holder: looks once more (the previous holder may have filled the entry and
+    /// released the lease between our GET and our lease), fills from the origin, and releases
+    /// the lease, so after a failure the waiters take over at once instead of sleeping out
+    /// the lease.
+    async fn fill_as_lease_holder(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &str,
+        token: u64,
+    ) -> Outcome {
+        let result = async {
+            match self.get_or_hedge(shared, identity, url).await {
+                Raced::Hit(hit) => return Ok(hit),
+                Raced::Origin(fetched) => return self.stored(shared, identity, fetched?).await,
+                Raced::Cache(Some(bytes), _) => {
+                    if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
+                        return Ok(hit);
+                    }
+                }
+                Raced::Cache(None, _) => {}
+            }
+            self.fill_from_origin(shared, identity, url).await
+        }
+        .await;
+        // With write-behind the entry lands a little after the load returns: keep the lease
+        // (it expires) so waiters poll for the entry instead of taking over and fetching again.
+        if result.is_err() || !self.config.shared.write_behind.enabled {
+            shared.release_lease(identity, token).await;
+        }
+        result
+    }
+
+    pub(crate) async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
+        let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
+        Ok((image, bytes.len()))
+    }
+
+    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<(Arc<DecodedImage>, Bytes)> {
+        let started = Instant::now();
+        let fetched = self.origin.fetch(url).await;
+        let outcome = if fetched.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .origin_duration
+            .get(outcome)
+            .record(started.elapsed().as_secs_f64());
+        let fetched = fetched?;
+        self.metrics
+            .origin_bytes()
+            .increment(fetched.bytes.len() as u64);
+        let image = self.decode(fetched.bytes.clone()).await?;
+        Ok((image, fetched.bytes))
+    }
+
+    /// Reads the headers (refusing what cannot be an image), reserves the decode's memory in
+    /// the budget, then decodes on the blocking pool: a large image is milliseconds of CPU.
+    pub(crate) async fn decode(&self, bytes: Bytes) -> Result<Arc<DecodedImage>> {
+        /// Headers of smaller files are read in place; larger ones take a scan of the bytes.
+        const INLINE_PROBE_BYTES: usize = 256 << 10;
+        let limits = self.limits;
+        let started = Instant::now();
+        let probe = if bytes.len() <= INLINE_PROBE_BYTES {
+            mmcache_decode::probe(&bytes, &limits)?
+        } else {
+            let bytes = bytes.clone();
+            blocking(move || mmcache_decode::probe(&bytes, &limits)).await??
+        };
+        /// Images this small decode in well under a millisecond: in place, without the hop
+        /// to the blocking pool (which costs about as much as the decode itself).
+        const INLINE_DECODE_PIXELS: u64 = 256 * 256;
+        let permit = self.budget.acquire(probe.memory_bytes).await?;
+        let small = u64::from(probe.width) * u64::from(probe.height) <= INLINE_DECODE_PIXELS
+            && bytes.len() <= INLINE_PROBE_BYTES;
+        let image = if small {
+            let image = mmcache_decode::decode_probed(&bytes, &probe, &limits);
+            drop(permit);
+            image?
+        } else {
+            // The permit moves into the decode: if this future is dropped (a hedge won), the
+            // decode still runs to its end on the blocking pool, and its memory stays counted.
+            blocking(move || {
+                let image = mmcache_decode::decode_probed(&bytes, &probe, &limits);
+                drop(permit);
+                image
+            })
+            .await??
+        };
+        self.metrics
+            .decode_duration
+            .get(image.format().as_str())
+            .record(started.elapsed().as_secs_f64());
+        Ok(Arc::new(image))
+    }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Internal(format!("decode task failed: {e}")))
+}
+
+/// How a hedged GET ended.
+enum Raced {
+    /// The GET answered first (or no hedge ran): its value and outcome.
+    Cache(Option<Bytes>, GetOutcome),
+    /// A late hit decoded before the origin answered.
+    Hit((Arc<DecodedImage>, Source, Option<usize>)),
+    /// The origin answered first: its decoded image and bytes, or its error.
+    Origin(Result<(Arc<DecodedImage>, Bytes)>),
+}
+
+impl Inner {
+    fn record_hedge(&self, outcome: &'static str) {
+        self.metrics.hedges.get(outcome).increment(1);
+    }
+
+    fn record_lease(&self, outcome: &'static str) {
+        self.metrics.leases.get(outcome).increment(1);
+    }
+
+    pub(crate) fn observe(&self, source: Source, started: Instant) {
+        self.metrics
+            .load_duration
+            .get(source.as_str())
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Result<Loaded> {
+        let loads = if outcome.is_ok() {
+            &self.metrics.loads_ok
+        } else {
+            &self.metrics.loads_error
+        };
+        loads.get(source.as_str()).increment(1);
+        outcome.map(|(image, source, encoded_len)| Loaded {
+            image,
+            source,
+            encoded_len,
+        })
+    }
+}
