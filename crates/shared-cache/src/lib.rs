@@ -43,6 +43,7 @@
 //! timeout are separate, and each operation also runs under an overall deadline of both.
 
 mod breaker;
+mod conn;
 mod error;
 pub mod metrics;
 mod slots;
@@ -57,6 +58,8 @@ use bytes::Bytes;
 use mmcache_scope::CacheIdentity;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+
+use crate::conn::{Failure, install_crypto_provider};
 
 pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
@@ -630,108 +633,6 @@ impl SharedCache {
         outcome
     }
 
-    /// Runs one operation on `key`: skipped while the key's node has an open breaker, else
-    /// one attempt under the overall deadline, with failures accounted.
-    pub(crate) async fn run<'k, T, F, Fut>(
-        &self,
-        op: &'static str,
-        key: &'k str,
-        f: F,
-    ) -> Result<T, Failure>
-    where
-        F: FnOnce(ClusterConnection, &'k str) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let inner = &self.inner;
-        // The slot map is consulted only while some node's breaker is tracking failures.
-        let node = (!inner.breakers.is_idle()).then(|| inner.slots.node_for(key));
-        let mut admit = breaker::Admit::Run;
-        if let Some(node) = &node {
-            let (a, transition) = inner.breakers.admit(node, inner.config.clock.now());
-            self.on_transition(transition);
-            admit = a;
-        }
-        if admit == breaker::Admit::Skip {
-            bump(&inner.counters.skipped);
-            self.inner.metrics.record_skip(op, "breaker_open");
-            return Err(Failure::Skipped);
-        }
-        // A probe whose caller is cancelled must not leave the breaker half-open forever.
-        let mut probe = ProbeGuard {
-            cache: self,
-            node: node.as_deref().unwrap_or(slots::UNKNOWN_NODE),
-            armed: admit == breaker::Admit::Probe,
-        };
-        let attempt = async {
-            let conn = self.connection().await?;
-            f(conn, key).await.map_err(|e| FailureKind::of(&e))
-        };
-        let result = match tokio::time::timeout(inner.config.op_deadline(), attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(FailureKind::Timeout),
-        };
-        probe.armed = false;
-        drop(probe);
-        match result {
-            Ok(v) => {
-                if let Some(node) = &node {
-                    self.on_transition(inner.breakers.on_success(node));
-                }
-                self.on_success();
-                self.maybe_refresh_slots(SLOT_MAP_MAX_AGE);
-                Ok(v)
-            }
-            Err(kind) => {
-                let node = node.unwrap_or_else(|| inner.slots.node_for(key));
-                let now = inner.config.clock.now();
-                self.on_transition(inner.breakers.on_failure(&node, now));
-                self.on_failure(op, kind);
-                self.maybe_refresh_slots(SLOT_MAP_MAX_AGE_FAILING);
-                Err(Failure::Failed(kind))
-            }
-        }
-    }
-
-    /// Re-reads the slot map in the background when it is older than `max_age`.
-    fn maybe_refresh_slots(&self, max_age: Duration) {
-        let inner = &self.inner;
-        let now = Instant::now();
-        if inner
-            .slots
-            .refreshed_at()
-            .is_some_and(|t| now.duration_since(t) < max_age)
-        {
-            return;
-        }
-        let Some(conn) = self.lock().conn.clone() else {
-            return;
-        };
-        inner.slots.touch(now); // one refresh at a time, even if it fails
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            let mut conn = conn;
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SLOTS");
-            let query = cmd.query_async::<redis::Value>(&mut conn);
-            if let Ok(Ok(reply)) = tokio::time::timeout(inner.config.op_deadline(), query).await {
-                inner.slots.update(&reply, Instant::now());
-            }
-        });
-    }
-
-    fn on_transition(&self, transition: breaker::Transition) {
-        let Some((from, to)) = transition else { return };
-        if to == BreakerState::Open && from == BreakerState::Closed {
-            bump(&self.inner.counters.breaker_opens);
-        }
-        metrics::record_breaker(from, to);
-        tracing::debug!(
-            from = from.as_str(),
-            to = to.as_str(),
-            "shared image cache breaker"
-        );
-    }
-
     /// The breaker state of the node serving `identity`'s key (for tests and dashboards).
     pub fn breaker_state(&self, identity: &CacheIdentity) -> BreakerState {
         let node = self.inner.slots.node_for(&entry_key(identity));
@@ -742,114 +643,6 @@ impl SharedCache {
     pub fn breaker_states(&self) -> Vec<(String, BreakerState)> {
         self.inner.breakers.states()
     }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, ConnState> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn on_success(&self) {
-        // Lock-free in steady state: only a success after failures touches the state.
-        if self.inner.failing.swap(false, Ordering::AcqRel) {
-            self.lock().failing_since = None;
-        }
-    }
-
-    fn on_failure(&self, op: &'static str, kind: FailureKind) {
-        self.inner.metrics.record_error(op, kind);
-        tracing::debug!(
-            op,
-            kind = kind.as_str(),
-            "shared image cache operation failed"
-        );
-        if let Some(count) = self.inner.warn.on_failure() {
-            bump(&self.inner.counters.warnings);
-            tracing::warn!(
-                failures = count,
-                kind = kind.as_str(),
-                "shared image cache unavailable; loads continue from the origin"
-            );
-        }
-        let now = self.inner.config.clock.now();
-        self.inner.failing.store(true, Ordering::Release);
-        let mut st = self.lock();
-        let since = *st.failing_since.get_or_insert(now);
-        if st.conn.is_some() && now.duration_since(since) >= REDISCOVER_AFTER {
-            // Nothing has worked for a while: forget every node and rediscover through the URL.
-            st.conn = None;
-            st.failing_since = Some(now);
-            bump(&self.inner.counters.rediscoveries);
-            tracing::debug!("shared image cache: rediscovering through the configured URL");
-        }
-    }
-
-    /// The shared connection, connecting in the background when there is none.
-    async fn connection(&self) -> Result<ClusterConnection, FailureKind> {
-        if let Some(conn) = &self.lock().conn {
-            return Ok(conn.clone()); // the common case: no channel subscription
-        }
-        let mut changed = self.inner.connected.subscribe();
-        {
-            let mut st = self.lock();
-            if let Some(conn) = &st.conn {
-                return Ok(conn.clone());
-            }
-            if !st.connecting {
-                let now = Instant::now();
-                if st
-                    .last_failed_connect
-                    .is_some_and(|t| now.duration_since(t) < RECONNECT_BACKOFF)
-                {
-                    return Err(FailureKind::Connect);
-                }
-                st.connecting = true;
-                self.spawn_connect();
-            }
-        }
-        // Wait for the attempt in progress; the caller's deadline bounds the wait.
-        let _ = changed.changed().await;
-        self.lock().conn.clone().ok_or(FailureKind::Connect)
-    }
-
-    fn spawn_connect(&self) {
-        let inner = self.inner.clone();
-        // Discovery: connect to the endpoint, read the slot map, connect to the masters.
-        // Saturating: a config built by hand may hold any duration (the loader bounds its own).
-        let budget = inner.config.op_deadline().saturating_mul(2);
-        tokio::spawn(async move {
-            let result = tokio::time::timeout(budget, inner.client.get_async_connection()).await;
-            {
-                let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
-                st.connecting = false;
-                match result {
-                    Ok(Ok(conn)) => {
-                        st.conn = Some(conn);
-                        st.last_failed_connect = None;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(
-                            kind = FailureKind::of(&e).as_str(),
-                            "shared image cache connect failed"
-                        );
-                        st.last_failed_connect = Some(Instant::now());
-                    }
-                    Err(_) => {
-                        tracing::debug!("shared image cache connect timed out");
-                        st.last_failed_connect = Some(Instant::now());
-                    }
-                }
-            }
-            inner.connected.send_modify(|generation| *generation += 1);
-        });
-    }
-}
-
-/// Installs `ring` as the process-wide rustls provider unless one is installed already
-/// (the redis client's TLS needs a provider; this crate must not depend on the origin crate).
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: some provider is installed either way.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 /// A token that tells this lease holder apart from others (time and a process counter).
@@ -859,33 +652,4 @@ fn lease_token() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32) ^ NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Why an operation produced no result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Not attempted: the node's breaker is open.
-    Skipped,
-    /// Attempted and failed.
-    Failed(FailureKind),
-}
-
-impl From<FailureKind> for Failure {
-    fn from(kind: FailureKind) -> Self {
-        Self::Failed(kind)
-    }
-}
-
-struct ProbeGuard<'a> {
-    cache: &'a SharedCache,
-    node: &'a str,
-    armed: bool,
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.cache.inner.breakers.abandon_probe(self.node);
-        }
-    }
 }
