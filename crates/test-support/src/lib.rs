@@ -16,6 +16,7 @@ pub mod forward;
 pub mod images;
 pub mod origin;
 pub mod redis;
+mod redis_files;
 mod server;
 
 /// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::redis_files::{all_loopback_ips, make_tls_files, scratch_dir};
+
 const SLOTS: u16 = 16384;
 
 /// The server binary the harness starts: `redis-server`, or the one named by
@@ -801,131 +803,12 @@ impl Drop for RedisCluster {
     }
 }
 
-/// Where node directories go: `/dev/shm` when it is a roomy tmpfs, else the temp dir.
-/// Redis fsyncs `nodes.conf` on every cluster change in its main thread; on a slow disk that
-/// stalls the node past its handshake timeout while a cluster forms.
-fn scratch_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(pick_scratch_dir).clone()
-}
-
-fn pick_scratch_dir() -> PathBuf {
-    const ROOMY_KIB: u64 = 256 * 1024;
-    let shm = PathBuf::from("/dev/shm");
-    let avail_kib = Command::new("df")
-        .args(["-Pk", "/dev/shm"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .and_then(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            text.lines()
-                .nth(1)?
-                .split_whitespace()
-                .nth(3)?
-                .parse::<u64>()
-                .ok()
-        });
-    let writable = || {
-        let probe = shm.join(format!("mmcache-probe-{}", std::process::id()));
-        let ok = std::fs::create_dir_all(&probe).is_ok();
-        let _ = std::fs::remove_dir(&probe);
-        ok
-    };
-    if avail_kib.is_some_and(|k| k >= ROOMY_KIB) && writable() {
-        shm
-    } else {
-        std::env::temp_dir()
-    }
-}
-
 fn info_field(info: &str, field: &str) -> Option<String> {
     info.lines().find_map(|l| {
         l.strip_prefix(field)?
             .strip_prefix(':')
             .map(|v| v.trim().to_owned())
     })
-}
-
-/// Loopback addresses a TLS certificate covers: 127.0.0.1..=127.0.0.60 (tests move nodes
-/// within that range).
-fn all_loopback_ips() -> Vec<Ipv4Addr> {
-    (1..=60).map(|d| Ipv4Addr::new(127, 0, 0, d)).collect()
-}
-
-/// Makes a CA and a server certificate for `ips` with the `openssl` command.
-fn make_tls_files(dir: &Path, ips: &[Ipv4Addr]) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
-    let run = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .context("run openssl (is it installed?)")?;
-        anyhow::ensure!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
-    let san: Vec<String> = ips
-        .iter()
-        .map(|ip| format!("IP:{ip}"))
-        .chain(["DNS:localhost".to_owned()])
-        .collect();
-    std::fs::write(
-        dir.join("ext.cnf"),
-        format!(
-            "subjectAltName={}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
-            san.join(",")
-        ),
-    )?;
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=mmcache test CA",
-    ])?;
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ])?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ])?;
-    Ok(dir.to_path_buf())
 }
 
 #[cfg(test)]
