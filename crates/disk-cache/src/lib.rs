@@ -1,0 +1,397 @@
+//! The host-local tier of encoded image bytes: files on a local disk that every worker process
+//! of one host shares, so the host downloads each image once and a restarted worker starts warm.
+//!
+//! - An entry is the exact origin bytes in `<dir>/v1/<aa>/<digest>`, where `<digest>` is the
+//!   same SHA-256 of the cache identity as in the Redis key (so scoping partitions it the same
+//!   way) and `<aa>` its first two hex digits.
+//! - Writes go to a temporary file that is renamed into place: a reader sees a whole entry or
+//!   none, whatever the number of processes writing the same entry at once, and a process killed
+//!   mid-write leaves only a temporary file, which a sweep removes.
+//! - Reads are bounded by the same cap as a download; an entry older than the TTL (by its
+//!   modification time) is a miss and is removed.
+//! - A byte budget holds across processes: each process sweeps the directory (under a lock file,
+//!   one sweeper at a time) once it has written an eighth of the budget since its last sweep, or
+//!   every [`SWEEP_INTERVAL`]; the sweep removes expired entries and then the least recently
+//!   written ones until the directory is under 90 % of the budget. No write scans the directory.
+//! - [`DiskCache::lock`] is a cross-process single-flight: the first process to miss takes a
+//!   per-entry lock file (`flock`, released by the kernel if the process dies) and fills the
+//!   entry; the others wait for it and read the entry instead of downloading it again.
+//! - Fail-open like the shared cache: a full disk, a read-only or deleted directory, a corrupt
+//!   or truncated file never fails a load; reads give `Option<Bytes>`, writes give nothing.
+//!
+//! This crate knows nothing of HTTP, Redis or pixels.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
+//! use mmcache_scope::CacheIdentity;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let dir = std::env::temp_dir().join(format!("mmcache-doc-{}", std::process::id()));
+//! let cache = DiskCache::new(DiskCacheConfig::new(&dir));
+//! let id = CacheIdentity::unscoped("https://example.com/cat.png");
+//! assert!(cache.get(&id).await.is_none());
+//! cache.put(&id, bytes::Bytes::from_static(b"\x89PNG...")).await;
+//! assert_eq!(cache.get(&id).await.as_deref(), Some(&b"\x89PNG..."[..]));
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # }
+//! ```
+
+mod sweep;
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use mmcache_scope::CacheIdentity;
+
+/// Default byte budget: 10 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+/// Default entry TTL: one hour, as the shared cache's.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+/// Default largest entry read or written: 64 MiB, as a download.
+pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 64 << 20;
+/// A process sweeps at least this often while it writes.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Metric names.
+pub mod metrics {
+    /// Reads by `outcome` (`hit`, `miss`, `expired`, `error`).
+    pub const READS: &str = "mmcache_disk_cache_reads_total";
+    /// Bytes read from hits.
+    pub const READ_BYTES: &str = "mmcache_disk_cache_read_bytes_total";
+    /// Writes by `outcome` (`success`, `error`, `skipped`).
+    pub const WRITES: &str = "mmcache_disk_cache_writes_total";
+    /// Bytes written.
+    pub const WRITTEN_BYTES: &str = "mmcache_disk_cache_written_bytes_total";
+    /// Entries removed by `reason` (`budget`, `expired`, `corrupt`, `partial`).
+    pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
+}
+
+/// Settings of the disk tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskCacheConfig {
+    /// The directory (created when missing). One per host, shared by its worker processes.
+    pub dir: PathBuf,
+    /// Byte budget of the whole directory, across processes. Default [`DEFAULT_MAX_BYTES`].
+    pub max_bytes: u64,
+    /// Entry TTL, by modification time. Default [`DEFAULT_TTL`].
+    pub ttl: Duration,
+    /// Largest entry read or written. Default [`DEFAULT_MAX_ENTRY_BYTES`].
+    pub max_entry_bytes: u64,
+}
+
+impl DiskCacheConfig {
+    /// Defaults for `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            ttl: DEFAULT_TTL,
+            max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
+        }
+    }
+}
+
+/// Counters of one instance (the `metrics` facade has the process-wide view).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskCacheStats {
+    /// Reads that found a fresh entry.
+    pub hits: u64,
+    /// Reads that found none (or an expired one).
+    pub misses: u64,
+    /// Reads and writes that failed (I/O errors): each was a miss or a skipped write.
+    pub errors: u64,
+    /// Entries written.
+    pub writes: u64,
+    /// Entries removed by sweeps (budget or TTL) and as corrupt.
+    pub evictions: u64,
+    /// Sweeps this process ran.
+    pub sweeps: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    errors: AtomicU64,
+    writes: AtomicU64,
+    evictions: AtomicU64,
+    sweeps: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: DiskCacheConfig,
+    root: PathBuf,
+    counters: Counters,
+    /// Bytes this process wrote since its last sweep.
+    written_since_sweep: AtomicU64,
+    last_sweep: std::sync::Mutex<Instant>,
+}
+
+/// The disk tier. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DiskCache {
+    inner: Arc<Inner>,
+}
+
+/// A held per-entry lock (cross-process single-flight); released on drop or process exit.
+#[derive(Debug)]
+pub struct FillLock {
+    _file: File,
+}
+
+impl DiskCache {
+    /// A disk tier over `config.dir`. Does no I/O: directories are made on first write.
+    pub fn new(config: DiskCacheConfig) -> Self {
+        let root = config.dir.join("v1");
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                root,
+                counters: Counters::default(),
+                written_since_sweep: AtomicU64::new(0),
+                last_sweep: std::sync::Mutex::new(Instant::now()),
+            }),
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &DiskCacheConfig {
+        &self.inner.config
+    }
+
+    /// Counters of this instance.
+    pub fn stats(&self) -> DiskCacheStats {
+        let c = &self.inner.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiskCacheStats {
+            hits: load(&c.hits),
+            misses: load(&c.misses),
+            errors: load(&c.errors),
+            writes: load(&c.writes),
+            evictions: load(&c.evictions),
+            sweeps: load(&c.sweeps),
+        }
+    }
+
+    /// The file of `identity`'s entry.
+    pub fn path_of(&self, identity: &CacheIdentity) -> PathBuf {
+        let digest = identity.sha256_hex();
+        self.inner.root.join(&digest[..2]).join(digest)
+    }
+
+    /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, or any
+    /// I/O error (counted, never returned).
+    pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
+        let this = self.clone();
+        let path = self.path_of(identity);
+        // File I/O blocks: a thread of the blocking pool, like tokio::fs, in one hop.
+        tokio::task::spawn_blocking(move || this.read(&path))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    fn read(&self, path: &Path) -> Option<Bytes> {
+        let c = &self.inner.counters;
+        let outcome = |o: &'static str| ::metrics::counter!(metrics::READS, "outcome" => o);
+        let mut file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bump(&c.misses, 1);
+                outcome("miss").increment(1);
+                return None;
+            }
+            Err(_) => return self.read_failed(),
+        };
+        let Ok(meta) = file.metadata() else {
+            return self.read_failed();
+        };
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .unwrap_or_default();
+        if age > self.inner.config.ttl {
+            let _ = std::fs::remove_file(path);
+            bump(&c.misses, 1);
+            bump(&c.evictions, 1);
+            outcome("expired").increment(1);
+            ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
+            return None;
+        }
+        if meta.len() > self.inner.config.max_entry_bytes || meta.len() == 0 {
+            bump(&c.misses, 1);
+            outcome("miss").increment(1);
+            return None;
+        }
+        // Read at most the cap plus one byte, whatever the file grew to since the stat.
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        let cap = self.inner.config.max_entry_bytes;
+        if (&mut file).take(cap + 1).read_to_end(&mut buf).is_err() || buf.len() as u64 > cap {
+            return self.read_failed();
+        }
+        bump(&c.hits, 1);
+        outcome("hit").increment(1);
+        ::metrics::counter!(metrics::READ_BYTES).increment(buf.len() as u64);
+        Some(Bytes::from(buf))
+    }
+
+    fn read_failed(&self) -> Option<Bytes> {
+        bump(&self.inner.counters.errors, 1);
+        bump(&self.inner.counters.misses, 1);
+        ::metrics::counter!(metrics::READS, "outcome" => "error").increment(1);
+        None
+    }
+
+    /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a
+    /// temporary file, then renamed into place. Failures are counted and ignored.
+    pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
+        let this = self.clone();
+        let path = self.path_of(identity);
+        let _ = tokio::task::spawn_blocking(move || {
+            this.write(&path, &bytes);
+            this.maybe_sweep();
+        })
+        .await;
+    }
+
+    fn write(&self, path: &Path, bytes: &[u8]) {
+        let c = &self.inner.counters;
+        let len = bytes.len() as u64;
+        if len == 0 || len > self.inner.config.max_entry_bytes {
+            ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+            return;
+        }
+        let tmp_dir = self.inner.root.join("tmp");
+        let Some(parent) = path.parent() else { return };
+        let result = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(&tmp_dir)?;
+            std::fs::create_dir_all(parent)?;
+            let tmp = tmp_dir.join(format!(
+                "{}.{}.{}",
+                path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
+                std::process::id(),
+                unique()
+            ));
+            let mut file = File::create(&tmp)?;
+            let written = file.write_all(bytes).and_then(|()| file.flush());
+            drop(file);
+            if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                bump(&c.writes, 1);
+                self.inner
+                    .written_since_sweep
+                    .fetch_add(len, Ordering::Relaxed);
+                ::metrics::counter!(metrics::WRITES, "outcome" => "success").increment(1);
+                ::metrics::counter!(metrics::WRITTEN_BYTES).increment(len);
+            }
+            Err(e) => {
+                bump(&c.errors, 1);
+                ::metrics::counter!(metrics::WRITES, "outcome" => "error").increment(1);
+                tracing::debug!(error = %e, "disk cache write failed");
+            }
+        }
+    }
+
+    /// Removes `identity`'s entry (its bytes did not decode).
+    pub async fn remove(&self, identity: &CacheIdentity) {
+        let path = self.path_of(identity);
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(path).is_ok())
+            .await
+            .unwrap_or(false);
+        if removed {
+            bump(&self.inner.counters.evictions, 1);
+            ::metrics::counter!(metrics::EVICTIONS, "reason" => "corrupt").increment(1);
+        }
+    }
+
+    /// Takes `identity`'s fill lock, waiting at most `wait` for another process (or task) that
+    /// holds it: `Some` when this caller should fill the entry, `None` when the wait ended (the
+    /// caller then reads the entry, or goes on without the lock). Never an error: a lock that
+    /// cannot be made is a `None` at once.
+    pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Option<FillLock> {
+        let digest = identity.sha256_hex();
+        let path = self.inner.root.join("locks").join(format!("{digest}.lock"));
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let p = path.clone();
+            let attempt = tokio::task::spawn_blocking(move || -> std::io::Result<Option<File>> {
+                if let Some(dir) = p.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let file = File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&p)?;
+                match file.try_lock() {
+                    Ok(()) => Ok(Some(file)),
+                    Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                    Err(std::fs::TryLockError::Error(e)) => Err(e),
+                }
+            })
+            .await;
+            match attempt {
+                Ok(Ok(Some(file))) => return Some(FillLock { _file: file }),
+                Ok(Ok(None)) => {}
+                _ => return None, // cannot lock here (read-only directory...): go on without
+            }
+            if Instant::now() + pause >= deadline {
+                return None;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Sweeps now (tests and tools): expired and partial files out, then the oldest entries
+    /// until the directory holds at most 90 % of the budget. Returns the bytes left.
+    pub fn sweep_now(&self) -> u64 {
+        sweep::sweep(self)
+    }
+
+    fn maybe_sweep(&self) {
+        let inner = &self.inner;
+        let due_bytes = inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8;
+        let due_time = inner
+            .last_sweep
+            .lock()
+            .map(|t| t.elapsed() > SWEEP_INTERVAL)
+            .unwrap_or(true);
+        if due_bytes || due_time {
+            inner.written_since_sweep.store(0, Ordering::Relaxed);
+            if let Ok(mut t) = inner.last_sweep.lock() {
+                *t = Instant::now();
+            }
+            sweep::sweep(self);
+        }
+    }
+}
+
+/// A number that tells this process's temporary files apart.
+fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
