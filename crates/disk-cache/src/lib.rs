@@ -374,7 +374,8 @@ impl DiskCache {
 
     fn maybe_sweep(&self) {
         let inner = &self.inner;
-        let due_bytes = inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8;
+        let due_bytes =
+            inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8;
         let due_time = inner
             .last_sweep
             .lock()

@@ -55,7 +55,11 @@ pub(crate) fn sweep(cache: &DiskCache) -> u64 {
     let mut entries: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
     let shards = std::fs::read_dir(root).into_iter().flatten().flatten();
     for shard in shards.filter(|s| s.file_name().len() == 2) {
-        for e in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let Ok(meta) = e.metadata() else { continue };
             if age(&meta) > inner.config.ttl {
                 evict(&e.path(), "expired");

@@ -30,11 +30,19 @@ fn id(n: usize) -> CacheIdentity {
 
 fn dir_bytes(root: &std::path::Path) -> u64 {
     let mut total = 0;
-    for shard in std::fs::read_dir(root.join("v1")).into_iter().flatten().flatten() {
+    for shard in std::fs::read_dir(root.join("v1"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         if shard.file_name().len() != 2 {
             continue;
         }
-        for e in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             total += e.metadata().map(|m| m.len()).unwrap_or(0);
         }
     }
@@ -47,8 +55,13 @@ async fn round_trip_with_the_identity_digest_as_file_name() {
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     let ident = id(1);
     assert!(cache.get(&ident).await.is_none());
-    cache.put(&ident, Bytes::from_static(b"exact origin bytes")).await;
-    assert_eq!(cache.get(&ident).await.as_deref(), Some(&b"exact origin bytes"[..]));
+    cache
+        .put(&ident, Bytes::from_static(b"exact origin bytes"))
+        .await;
+    assert_eq!(
+        cache.get(&ident).await.as_deref(),
+        Some(&b"exact origin bytes"[..])
+    );
     // The same digest as the Redis key, so scoping partitions both tiers alike.
     let digest = ident.sha256_hex();
     let path = dir.0.join("v1").join(&digest[..2]).join(&digest);
@@ -65,12 +78,18 @@ async fn expired_oversized_and_empty_entries_are_misses() {
     config.max_entry_bytes = 10;
     let cache = DiskCache::new(config);
     cache.put(&id(1), Bytes::from_static(b"fresh")).await;
-    cache.put(&id(2), Bytes::from_static(b"this is over ten bytes")).await;
-    assert!(cache.get(&id(2)).await.is_none(), "never written: over the cap");
+    cache
+        .put(&id(2), Bytes::from_static(b"this is over ten bytes"))
+        .await;
+    assert!(
+        cache.get(&id(2)).await.is_none(),
+        "never written: over the cap"
+    );
     // An entry written an hour ago is past the TTL: a miss, and removed.
     let old = cache.path_of(&id(1));
     let file = std::fs::File::options().write(true).open(&old).unwrap();
-    file.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    file.set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
     assert!(cache.get(&id(1)).await.is_none());
     assert!(!old.exists());
     // A file that another writer left empty or grew past the cap is a miss, never an error.
@@ -93,7 +112,8 @@ async fn partial_writes_are_never_visible_and_are_swept() {
     cache.sweep_now();
     assert!(tmp.exists());
     let f = std::fs::File::options().write(true).open(&tmp).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
     cache.sweep_now();
     assert!(!tmp.exists());
     assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"whole"[..]));
@@ -114,7 +134,11 @@ async fn the_budget_holds_without_a_scan_per_write() {
     assert!(s.sweeps >= 2 && s.sweeps <= 400 / 8, "{s:?}");
     assert!(s.evictions > 0, "{s:?}");
     // Between sweeps at most an eighth of the budget was added.
-    assert!(dir_bytes(&dir.0) <= 64 * 1024 + 8 * 1024, "{}", dir_bytes(&dir.0));
+    assert!(
+        dir_bytes(&dir.0) <= 64 * 1024 + 8 * 1024,
+        "{}",
+        dir_bytes(&dir.0)
+    );
     // A sweep leaves the directory within the budget (at 90 % of it after evicting).
     let left = cache.sweep_now();
     assert!(left <= 64 * 1024, "{left}");
@@ -132,7 +156,12 @@ async fn a_broken_directory_fails_open() {
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache.put(&id(1), Bytes::from_static(b"x")).await;
     assert!(cache.get(&id(1)).await.is_none());
-    assert!(cache.lock(&id(1), Duration::from_millis(10)).await.is_none());
+    assert!(
+        cache
+            .lock(&id(1), Duration::from_millis(10))
+            .await
+            .is_none()
+    );
     assert!(cache.stats().errors >= 1);
     std::fs::remove_file(&dir.0).unwrap();
     // Deleted under a running process: the next write makes it again.
@@ -151,9 +180,19 @@ async fn the_fill_lock_admits_one_holder_at_a_time() {
     let first = cache.lock(&id(1), Duration::from_millis(100)).await;
     assert!(first.is_some());
     // Held: a second taker waits, then gives up.
-    assert!(cache.lock(&id(1), Duration::from_millis(50)).await.is_none());
+    assert!(
+        cache
+            .lock(&id(1), Duration::from_millis(50))
+            .await
+            .is_none()
+    );
     // Another entry is independent.
-    assert!(cache.lock(&id(2), Duration::from_millis(50)).await.is_some());
+    assert!(
+        cache
+            .lock(&id(2), Duration::from_millis(50))
+            .await
+            .is_some()
+    );
     // Released (as when its process exits): the waiter gets it.
     let waiter = tokio::spawn({
         let cache = cache.clone();

@@ -152,6 +152,24 @@ impl LoaderBuilder {
         self
     }
 
+    /// Turns the host's disk tier on, in `dir` (`MMCACHE_DISK_CACHE_DIR`).
+    pub fn disk_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.config.disk.dir = Some(dir.into());
+        self
+    }
+
+    /// The disk tier's byte budget across the host's processes (`MMCACHE_DISK_CACHE_MAX_BYTES`).
+    pub fn disk_cache_max_bytes(mut self, bytes: u64) -> Self {
+        self.config.disk.max_bytes = bytes;
+        self
+    }
+
+    /// The disk tier's entry TTL (`MMCACHE_DISK_CACHE_TTL_SECS`).
+    pub fn disk_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.config.disk.ttl = ttl;
+        self
+    }
+
     /// Decoded-cache byte budget.
     pub fn decoded_cache_bytes(mut self, bytes: u64) -> Self {
         self.config.decoded_cache_bytes = bytes;
@@ -280,6 +298,14 @@ impl LoaderBuilder {
             config.decode_memory_bytes,
             config.decode_wait,
         );
+        let disk = config.disk.dir.as_ref().map(|dir| {
+            let mut c = mmcache_disk_cache::DiskCacheConfig::new(dir);
+            c.max_bytes = config.disk.max_bytes;
+            c.ttl = config.disk.ttl;
+            // An entry may be as large as a download may be, never larger.
+            c.max_entry_bytes = config.max_file_size_bytes;
+            mmcache_disk_cache::DiskCache::new(c)
+        });
         let decoded = DecodedCache::new(config.decoded_cache_bytes, config.decoded_cache_entries);
         let memory_hits =
             ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
@@ -291,6 +317,7 @@ impl LoaderBuilder {
                 config,
                 origin,
                 shared,
+                disk,
                 decoded,
                 inflight: DashMap::new(),
                 memory_hits,

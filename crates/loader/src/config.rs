@@ -49,6 +49,12 @@ pub mod env {
     /// Comma-separated hosts images may come from: `example.com` (exactly that host),
     /// `*.example.com` (its subdomains), IP addresses. Default: unset, every host.
     pub const ALLOWED_MEDIA_DOMAINS: &str = "MMCACHE_ALLOWED_MEDIA_DOMAINS";
+    /// Directory of the host's disk tier; setting it turns the tier on. Default: unset (off).
+    pub const DISK_CACHE_DIR: &str = "MMCACHE_DISK_CACHE_DIR";
+    /// Byte budget of the disk tier across the host's processes, integer > 0. Default 10 GiB.
+    pub const DISK_CACHE_MAX_BYTES: &str = "MMCACHE_DISK_CACHE_MAX_BYTES";
+    /// Disk-tier entry TTL in whole seconds, > 0 and <= 31536000. Default 3600.
+    pub const DISK_CACHE_TTL_SECS: &str = "MMCACHE_DISK_CACHE_TTL_SECS";
     /// `auto` (libjpeg-turbo when it loads, else pure Rust), `libjpeg-turbo` (or a start-up
     /// error) or `pure-rust`. Default `auto`.
     pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
@@ -95,7 +101,7 @@ pub mod env {
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 32] = [
+    pub const ALL: [&str; 35] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -128,6 +134,9 @@ pub mod env {
         DECODE_CONCURRENCY,
         DECODE_WAIT_SECS,
         ALLOWED_MEDIA_DOMAINS,
+        DISK_CACHE_DIR,
+        DISK_CACHE_MAX_BYTES,
+        DISK_CACHE_TTL_SECS,
     ];
 }
 
@@ -157,6 +166,28 @@ pub struct SharedCacheSettings {
     pub write_behind: mmcache_shared_cache::WriteBehindConfig,
     /// Hedged GETs and bounded SET waits. Default on.
     pub hedge: HedgeSettings,
+}
+
+/// Settings of the host's disk tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskSettings {
+    /// Its directory; `None` turns the tier off (the default).
+    pub dir: Option<PathBuf>,
+    /// Byte budget across the host's processes. Default 10 GiB.
+    pub max_bytes: u64,
+    /// Entry TTL. Default 3600 s.
+    pub ttl: Duration,
+}
+
+impl Default for DiskSettings {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            max_bytes: mmcache_disk_cache::DEFAULT_MAX_BYTES,
+            ttl: mmcache_disk_cache::DEFAULT_TTL,
+        }
+    }
 }
 
 /// Stampede-lease settings: on a miss one worker fills the entry, the others wait for it.
@@ -227,6 +258,8 @@ pub struct Config {
     pub session_scoped: bool,
     /// Allow `http://` and internal addresses. Default false.
     pub allow_internal: bool,
+    /// The host's disk tier. Default off.
+    pub disk: DiskSettings,
     /// Hosts images may come from (see [`env::ALLOWED_MEDIA_DOMAINS`]); empty: every host.
     pub allowed_media_domains: Vec<String>,
     /// Decoded-cache byte budget. Default 1 GiB.
@@ -258,6 +291,7 @@ impl Default for Config {
             max_file_size_bytes: mmcache_origin::DEFAULT_MAX_BODY_BYTES,
             session_scoped: false,
             allow_internal: false,
+            disk: DiskSettings::default(),
             allowed_media_domains: Vec::new(),
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
             decoded_cache_entries: None,
@@ -377,6 +411,13 @@ impl Config {
                     expected: "comma-separated host names, *.host names or IP addresses",
                 });
             }
+        }
+        c.disk.dir = get(env::DISK_CACHE_DIR).map(|v| PathBuf::from(v.trim()));
+        if let Some(v) = get(env::DISK_CACHE_MAX_BYTES) {
+            c.disk.max_bytes = parse_positive_int(env::DISK_CACHE_MAX_BYTES, &v)?;
+        }
+        if let Some(v) = get(env::DISK_CACHE_TTL_SECS) {
+            c.disk.ttl = Duration::from_secs(parse_positive_int(env::DISK_CACHE_TTL_SECS, &v)?);
         }
         if let Some(v) = get(env::IMAGE_CACHE_SIZE) {
             let n = parse_int(env::IMAGE_CACHE_SIZE, &v, "an integer >= 0")?;
@@ -511,6 +552,13 @@ impl Config {
                 env::MAX_FILE_SIZE_MB,
                 "0",
                 "an integer > 0",
+            ));
+        }
+        if self.disk.ttl.is_zero() || self.disk.max_bytes == 0 {
+            return Err(ConfigError::invalid(
+                env::DISK_CACHE_MAX_BYTES,
+                &self.disk.max_bytes.to_string(),
+                "a budget and a TTL > 0",
             ));
         }
         if self.max_pixels == 0 {

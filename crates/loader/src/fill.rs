@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mmcache_decode::DecodedImage;
+use mmcache_disk_cache::DiskCache;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
 
@@ -18,9 +19,27 @@ impl Inner {
         // fetch (a worker with internal access may have cached it). Resolutions are cached
         // briefly by the origin client, which then connects to the same addresses.
         self.origin.check_resolved(url).await?;
+        // The host's disk tier, with a cross-process single-flight: one process of the host
+        // fills a missing entry, the others wait for it (bounded by the origin deadline) and
+        // read it. The lock is held until this fill has written the entry.
+        let _fill_lock = match &self.disk {
+            Some(disk) => {
+                if let Some(hit) = self.read_disk(disk, identity).await? {
+                    return Ok(hit);
+                }
+                let lock = disk.lock(identity, self.config.origin_timeout).await;
+                if let Some(hit) = self.read_disk(disk, identity).await? {
+                    return Ok(hit); // filled by the process we waited for
+                }
+                lock
+            }
+            None => None,
+        };
         let Some(shared) = &self.shared else {
             let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
-            return Ok((image, Source::Origin, Some(bytes.len())));
+            let len = bytes.len();
+            self.write_disk(identity, bytes).await;
+            return Ok((image, Source::Origin, Some(len)));
         };
         let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
             Raced::Cache(cached, outcome) => (cached, outcome),
@@ -53,8 +72,11 @@ impl Inner {
         bytes: Bytes,
     ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
         let len = bytes.len();
-        match self.decode(bytes).await {
-            Ok(image) => Ok(Some((image, Source::Shared, Some(len)))),
+        match self.decode(bytes.clone()).await {
+            Ok(image) => {
+                self.write_disk(identity, bytes).await; // a shared hit fills the host's tier too
+                Ok(Some((image, Source::Shared, Some(len))))
+            }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 self.metrics.corrupt().increment(1);
                 tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
@@ -86,6 +108,7 @@ impl Inner {
         (image, bytes): (Arc<DecodedImage>, Bytes),
     ) -> Outcome {
         let len = bytes.len();
+        self.write_disk(identity, bytes.clone()).await;
         if self.hedge.enabled() {
             shared
                 .store_within(identity, bytes, self.hedge.set_wait())
@@ -94,6 +117,35 @@ impl Inner {
             shared.store(identity, bytes).await;
         }
         Ok((image, Source::Origin, Some(len)))
+    }
+
+    /// Reads the disk tier: a hit that decodes is the load's image; bytes that are not a valid
+    /// image are removed (and the load goes on); this worker's own limits are the load's error.
+    async fn read_disk(
+        &self,
+        disk: &DiskCache,
+        identity: &CacheIdentity,
+    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+        let Some(bytes) = disk.get(identity).await else {
+            return Ok(None);
+        };
+        let len = bytes.len();
+        match self.decode(bytes).await {
+            Ok(image) => Ok(Some((image, Source::Disk, Some(len)))),
+            Err(Error::Decode(e)) if e.is_not_an_image() => {
+                tracing::debug!(error = %e, "disk cache entry did not decode; removing it");
+                disk.remove(identity).await;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes bytes that decoded to the disk tier, when there is one.
+    async fn write_disk(&self, identity: &CacheIdentity, bytes: Bytes) {
+        if let Some(disk) = &self.disk {
+            disk.put(identity, bytes).await;
+        }
     }
 
     /// The shared GET, hedged: when it has not answered within the hedge delay, the origin

@@ -70,12 +70,13 @@ use crate::hedge::Hedge;
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
-    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, LeaseSettings, SharedCacheSettings,
-    env,
+    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DiskSettings, LeaseSettings,
+    SharedCacheSettings, env,
 };
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::hedge::{HedgeSettings, HedgeStats};
 pub use mmcache_decode::{self as decode, DecodedImage as Image};
+pub use mmcache_disk_cache as disk_cache;
 pub use mmcache_origin as origin;
 pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
 pub use mmcache_shared_cache as shared_cache;
@@ -88,6 +89,8 @@ pub enum Source {
     Memory,
     /// A load of the same identity already in flight in this process.
     Inflight,
+    /// The host's disk tier of encoded bytes.
+    Disk,
     /// The shared cache of encoded bytes.
     Shared,
     /// The origin over HTTP(S).
@@ -102,6 +105,7 @@ impl Source {
         match self {
             Self::Memory => "memory",
             Self::Inflight => "inflight",
+            Self::Disk => "disk",
             Self::Shared => "shared",
             Self::Origin => "origin",
             Self::Data => "data",
@@ -128,6 +132,7 @@ struct Inner {
     config: Config,
     origin: Origin,
     shared: Option<SharedCache>,
+    disk: Option<mmcache_disk_cache::DiskCache>,
     decoded: DecodedCache,
     limits: DecodeLimits,
     budget: DecodeBudget,
@@ -184,6 +189,11 @@ impl Loader {
     /// How often this loader hedged its shared-cache GETs, and the current delay.
     pub fn hedge_stats(&self) -> HedgeStats {
         self.inner.hedge.stats()
+    }
+
+    /// The host's disk tier, when enabled.
+    pub fn disk_cache(&self) -> Option<&mmcache_disk_cache::DiskCache> {
+        self.inner.disk.as_ref()
     }
 
     /// The shared cache, when enabled.

@@ -10,7 +10,7 @@ use ::metrics::{Counter, Histogram};
 
 pub use mmcache_shared_cache::metrics as shared_cache;
 
-/// Loads by `source` (`memory`, `inflight`, `shared`, `origin`, `data`) and `outcome`
+/// Loads by `source` (`memory`, `inflight`, `disk`, `shared`, `origin`, `data`) and `outcome`
 /// (`ok`, `error`).
 pub const LOADS: &str = "mmcache_loads_total";
 /// Duration of loads that missed the decoded cache; label `source`.
@@ -173,13 +173,13 @@ impl<T: Clone, const N: usize> Labeled<T, N> {
 }
 
 /// Source label values.
-const SOURCES: [&str; 5] = ["memory", "inflight", "shared", "origin", "data"];
+const SOURCES: [&str; 6] = ["memory", "inflight", "disk", "shared", "origin", "data"];
 
 /// The loader's metric handles.
 pub(crate) struct Handles {
-    pub(crate) loads_ok: Labeled<Counter, 5>,
-    pub(crate) loads_error: Labeled<Counter, 5>,
-    pub(crate) load_duration: Labeled<Histogram, 5>,
+    pub(crate) loads_ok: Labeled<Counter, 6>,
+    pub(crate) loads_error: Labeled<Counter, 6>,
+    pub(crate) load_duration: Labeled<Histogram, 6>,
     pub(crate) decode_duration: Labeled<Histogram, 4>,
     pub(crate) origin_duration: Labeled<Histogram, 2>,
     pub(crate) hedges: Labeled<Counter, 3>,
