@@ -24,10 +24,11 @@ use crate::common::{self, Plan, ms, percentile};
 mod local;
 mod outage;
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "decode",
     "cache-insert",
     "policy-dns",
+    "disk",
     "shared-hit",
     "local-hit",
     "miss",
@@ -245,6 +246,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "decode" => local::decode_rows(&o)?,
             "cache-insert" => local::cache_insert(&o)?,
             "policy-dns" => rt.block_on(local::policy_dns(&o, &origin))?,
+            "disk" => rt.block_on(local::disk_rows(&o, &origin))?,
             "local-hit" => local_hit(&o, &origin)?,
             "miss" => rt.block_on(miss(&o, &cluster, &origin))?,
             "outage-refused" => rt.block_on(outage::outage_refused(&o, &origin))?,

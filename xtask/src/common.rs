@@ -189,6 +189,7 @@ pub(crate) struct Summary {
     pub(crate) failures: usize,
     pub(crate) memory: usize,
     pub(crate) inflight: usize,
+    pub(crate) disk: usize,
     pub(crate) shared: usize,
     pub(crate) origin: usize,
     pub(crate) p50: Duration,
@@ -208,6 +209,7 @@ pub(crate) fn summarize(records: &[Record]) -> Summary {
             None => s.failures += 1,
             Some(Source::Memory) => s.memory += 1,
             Some(Source::Inflight) => s.inflight += 1,
+            Some(Source::Disk) => s.disk += 1,
             Some(Source::Shared) => s.shared += 1,
             Some(_) => s.origin += 1,
         }

@@ -80,6 +80,34 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         t0.elapsed(),
     ));
 
+    // The host's disk tier, no Redis: the workers share one directory (separate loaders here,
+    // as separate processes would be; crates/cli/tests/disk_tier.rs runs real processes).
+    let disk_dir = std::path::PathBuf::from("target/demo-disk");
+    let _ = std::fs::remove_dir_all(&disk_dir);
+    for name in [
+        "disk tier, no Redis (one directory)",
+        "disk tier, workers restarted (warm)",
+    ] {
+        let loaders = (0..WORKERS)
+            .map(|_| {
+                Ok(Loader::builder()
+                    .allow_internal(true)
+                    .disk_cache_dir(&disk_dir)
+                    .build()?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let before = origin.total_hits();
+        let t0 = Instant::now();
+        let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
+        rows.push(row(
+            name,
+            &records,
+            origin.total_hits() - before,
+            t0.elapsed(),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&disk_dir);
+
     let note = if redis_available() {
         let cluster = RedisCluster::start(ClusterOptions::default())
             .context("start a local Redis Cluster")?;
@@ -127,14 +155,21 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 
     print_table(&rows);
     println!("\n{note}");
-    if let [without, with, leased] = &rows[..] {
+    let find = |prefix: &str| rows.iter().find(|r| r.name.starts_with(prefix));
+    if let (Some(without), Some(disk)) = (find("per-worker"), find("disk tier, no Redis")) {
         println!(
-            "origin downloads per image: {:.2} without the shared cache, {:.2} with it, {:.2} with the lease ({:.1}x fewer downloads)",
+            "origin downloads per image: {:.2} with per-worker caches only, {:.2} with the host's disk tier",
             per_image(without),
-            per_image(with),
-            per_image(leased),
-            without.downloads as f64 / leased.downloads.max(1) as f64
+            per_image(disk),
         );
+        if let (Some(with), Some(leased)) = (find("shared cache ("), find("shared cache +")) {
+            println!(
+                "                            {:.2} with the shared cache, {:.2} with the lease ({:.1}x fewer downloads)",
+                per_image(with),
+                per_image(leased),
+                without.downloads as f64 / leased.downloads.max(1) as f64
+            );
+        }
     }
     if show_metrics {
         println!("\n# Prometheus scrape (mmcache and shared-cache series)");
@@ -177,11 +212,12 @@ fn per_image(r: &Row) -> f64 {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| {:<38} | {:>5} | {:>6} | {:>8} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7} |",
+        "| {:<38} | {:>5} | {:>6} | {:>8} | {:>5} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7} |",
         "phase",
         "loads",
         "memory",
         "inflight",
+        "disk",
         "shared",
         "origin",
         "downloads",
@@ -192,21 +228,21 @@ fn print_table(rows: &[Row]) {
     );
     println!(
         "|{}|",
-        ["-"; 11]
+        [40, 7, 8, 10, 7, 8, 8, 11, 8, 9, 9, 9]
             .iter()
-            .enumerate()
-            .map(|(i, _)| "-".repeat([40, 7, 8, 10, 8, 8, 11, 8, 9, 9, 9][i]))
+            .map(|w| "-".repeat(*w))
             .collect::<Vec<_>>()
             .join("|")
     );
     for r in rows {
         let s = &r.summary;
         println!(
-            "| {:<38} | {:>5} | {:>6} | {:>8} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7.3} | {:>7.2} | {:>7.0} |",
+            "| {:<38} | {:>5} | {:>6} | {:>8} | {:>5} | {:>6} | {:>6} | {:>9} | {:>6} | {:>7.3} | {:>7.2} | {:>7.0} |",
             r.name,
             s.loads,
             s.memory,
             s.inflight,
+            s.disk,
             s.shared,
             s.origin,
             r.downloads,

@@ -2,7 +2,7 @@
 //! the policy check that precedes every shared-cache lookup.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mmcache_loader::decode::{
@@ -205,4 +205,115 @@ pub(super) async fn policy_dns(o: &Opts, origin: &TestOrigin) -> anyhow::Result<
             ms(cold)
         ),
     }])
+}
+
+/// The host's disk tier: hits (every load a disk read + decode, memory cache off) against a
+/// plain file read + decode of the same files, and a restarted worker (warm directory) against
+/// a cold start that downloads from an origin adding 20 ms per image.
+pub(super) async fn disk_rows(o: &Opts, origin: &TestOrigin) -> anyhow::Result<Vec<Row>> {
+    use mmcache_test_support::origin::Route;
+    let dir = std::path::PathBuf::from("target/bench-disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    let body = images::jpeg(440, 330, 7);
+    let urls = super::serve(origin, "disk", 64, &body);
+    let loader = worker(None)
+        .decoded_cache_entries(Some(0))
+        .disk_cache_dir(&dir)
+        .build()?;
+    for u in urls.iter() {
+        loader.load(u, None).await?;
+    }
+    let disk = loader.disk_cache().context("enabled")?.clone();
+    let paths: Arc<Vec<std::path::PathBuf>> = Arc::new(
+        urls.iter()
+            .map(|u| disk.path_of(&CacheIdentity::unscoped(u)))
+            .collect(),
+    );
+    let n = ops(o, 3000);
+    let (b, s) = super::paired(
+        o.rounds(),
+        || {
+            let paths = paths.clone();
+            super::drive(o.concurrency, n, move |i| {
+                let path = paths[i % paths.len()].clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        std::fs::read(&path)
+                            .ok()
+                            .is_some_and(|b| decode(&b, &DecodeLimits::default()).is_ok())
+                    })
+                    .await
+                    .unwrap_or(false)
+                }
+            })
+        },
+        || {
+            let (l, urls) = (loader.clone(), urls.clone());
+            super::drive(o.concurrency, n, move |i| {
+                let (l, u) = (l.clone(), urls[i % urls.len()].clone());
+                async move {
+                    matches!(l.load_detailed(&u, None).await, Ok(x) if x.source == mmcache_loader::Source::Disk)
+                }
+            })
+        },
+    )
+    .await?;
+    let mut rows = vec![Row {
+        scenario: format!("disk hit ({} KiB JPEG)", body.len() >> 10),
+        subject: s,
+        baseline_name: "file read + decode".into(),
+        baseline: Some(b),
+        ratio_kind: "time/op",
+        ratio: Some(b.rate() / s.rate()),
+        target: "<= 1.20".into(),
+        note: String::new(),
+    }];
+    // Restart: a fresh worker loads every image once, from a cold or a warm directory.
+    let slow: Arc<Vec<String>> = Arc::new(
+        (0..64)
+            .map(|i| {
+                let path = format!("/disk-slow/{i}");
+                origin.set(
+                    &path,
+                    Route::Delay(
+                        Duration::from_millis(20),
+                        Box::new(Route::ok(images::jpeg(440, 330, 100 + i))),
+                    ),
+                );
+                origin.url(&path)
+            })
+            .collect(),
+    );
+    let once = |warm: bool| {
+        let (slow, dir) = (slow.clone(), dir.clone());
+        async move {
+            if !warm {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            let fresh = worker(None).disk_cache_dir(&dir).build()?;
+            super::drive(o.concurrency, slow.len(), move |i| {
+                let (l, u) = (fresh.clone(), slow[i].clone());
+                async move { l.load(&u, None).await.is_ok() }
+            })
+            .await
+        }
+    };
+    let cold = once(false).await?;
+    let warm = once(true).await?;
+    rows.push(Row {
+        scenario: "restart: 64 images, warm directory".into(),
+        subject: warm,
+        baseline_name: "cold directory (20 ms origin)".into(),
+        baseline: Some(cold),
+        ratio_kind: "time/op",
+        ratio: Some(cold.rate() / warm.rate()),
+        target: "-".into(),
+        note: format!(
+            "{:.0} ms cold, {:.0} ms warm for the whole set",
+            cold.elapsed.as_secs_f64() * 1e3,
+            warm.elapsed.as_secs_f64() * 1e3
+        ),
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(rows)
 }
