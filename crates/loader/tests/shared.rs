@@ -542,6 +542,31 @@ async fn the_policy_and_dns_apply_before_the_shared_cache_answers() {
     assert_eq!(loaded.source, Source::Shared);
 }
 
+#[tokio::test]
+async fn redirected_bytes_of_a_loose_policy_stay_out_of_shared_tiers() {
+    if !require_redis("redirected_bytes_of_a_loose_policy_stay_out_of_shared_tiers") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    // A public-looking URL that redirects to an internal one: a worker with internal access
+    // follows it, and must not publish the internal bytes under the first URL.
+    origin.set("/internal.png", Route::ok(images::png(8, 8, 9)));
+    origin.set("/public.png", Route::redirect("/internal.png"));
+    origin.set("/direct.png", Route::ok(images::png(8, 8, 10)));
+    let loader = worker(&cluster.url()).build().unwrap();
+    let redirected = origin.url("/public.png");
+    assert_eq!(
+        loader.load_detailed(&redirected, None).await.unwrap().source,
+        Source::Origin
+    );
+    assert_eq!(cluster.get_raw(&key_for(&redirected)).unwrap(), None);
+    // Without a redirect the same worker shares as usual.
+    let direct = origin.url("/direct.png");
+    loader.load(&direct, None).await.unwrap();
+    assert!(cluster.get_raw(&key_for(&direct)).unwrap().is_some());
+}
+
 async fn stampede(cluster: &RedisCluster, lease: bool, path: &str) -> (usize, Vec<Source>) {
     let origin = TestOrigin::start();
     origin.set(

@@ -552,7 +552,7 @@ impl SharedCache {
             // Still running (or its task ended without a word): it finishes on its own.
             _ => {
                 bump(&self.inner.counters.set_backgrounded);
-                WriteOutcome::Skipped
+                WriteOutcome::Pending
             }
         }
     }

@@ -89,6 +89,9 @@ pub enum WriteOutcome {
     Error,
     /// Not attempted (breaker open, value over the size cap, write queue full).
     Skipped,
+    /// Still running in the background: a bounded store whose wait ended first
+    /// ([`crate::SharedCache::store_within`]). Its real outcome is recorded when it ends.
+    Pending,
 }
 
 impl WriteOutcome {
@@ -98,6 +101,7 @@ impl WriteOutcome {
             Self::Success => "success",
             Self::Error => "error",
             Self::Skipped => "skipped",
+            Self::Pending => "pending",
         }
     }
 }
@@ -177,7 +181,7 @@ impl Handles {
 
     pub(crate) fn record_set(&self, outcome: WriteOutcome, len: usize, elapsed: Duration) {
         let row = match outcome {
-            WriteOutcome::Skipped => return,
+            WriteOutcome::Skipped | WriteOutcome::Pending => return,
             WriteOutcome::Success => 0,
             WriteOutcome::Error => 1,
         };
@@ -194,7 +198,7 @@ impl Handles {
         let slot = match outcome {
             WriteOutcome::Success => 0,
             WriteOutcome::Error => 1,
-            WriteOutcome::Skipped => 2,
+            WriteOutcome::Skipped | WriteOutcome::Pending => 2,
         };
         self.deletes[slot]
             .get_or_init(|| metrics::counter!(DELETES, "outcome" => outcome.as_str()))
