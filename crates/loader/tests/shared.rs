@@ -557,7 +557,11 @@ async fn redirected_bytes_of_a_loose_policy_stay_out_of_shared_tiers() {
     let loader = worker(&cluster.url()).build().unwrap();
     let redirected = origin.url("/public.png");
     assert_eq!(
-        loader.load_detailed(&redirected, None).await.unwrap().source,
+        loader
+            .load_detailed(&redirected, None)
+            .await
+            .unwrap()
+            .source,
         Source::Origin
     );
     assert_eq!(cluster.get_raw(&key_for(&redirected)).unwrap(), None);

@@ -50,7 +50,7 @@ use url::Url;
 
 pub use error::{Error, PolicyViolation, Result};
 pub use policy::DomainAllowlist;
-pub use resolve::{DEFAULT_DNS_CACHE_TTL, MAX_LOOKUPS};
+pub use resolve::{DEFAULT_DNS_CACHE_TTL, MAX_LOOKUPS, NEGATIVE_TTL, STALE_FOR};
 
 /// Default cap on a body: 64 MiB (`DYN_MM_MAX_FILE_SIZE_MB`).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
