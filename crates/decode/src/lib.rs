@@ -384,12 +384,24 @@ impl DecodedCache {
     /// `max_entries` entries (`Some(0)` turns it off, as `DYN_MM_IMAGE_CACHE_SIZE=0` does).
     /// The cap is held by a minimum charge per entry; see the crate's "Memory accounting".
     pub fn new(max_bytes: u64, max_entries: Option<usize>) -> Self {
+        Self::with_max_pixels(max_bytes, max_entries, DEFAULT_MAX_PIXELS)
+    }
+
+    /// Like [`DecodedCache::new`] for a pixel limit other than the default: the largest image
+    /// it lets through stays admissible (shards are sized so that it fits one).
+    pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
         let gauges = Gauges::new(
             "mmcache_decoded_cache_entries",
             "mmcache_decoded_cache_bytes",
         );
+        let sizing = Sizing {
+            largest_entry: max_pixels
+                .saturating_mul(3)
+                .saturating_add(ENTRY_OVERHEAD_BYTES),
+            ..DECODED_SIZING
+        };
         Self {
-            inner: WeightedCache::new(max_bytes, max_entries, DECODED_SIZING, gauges),
+            inner: WeightedCache::new(max_bytes, max_entries, sizing, gauges),
         }
     }
 

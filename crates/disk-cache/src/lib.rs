@@ -154,6 +154,18 @@ pub struct FillLock {
     _file: File,
 }
 
+/// How waiting for an entry's fill lock ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Fill {
+    /// This caller holds the lock: it should fill the entry.
+    Locked(FillLock),
+    /// The entry appeared while waiting (another process filled it): read it.
+    Filled,
+    /// Neither within the wait, or the lock cannot be taken here: go on without it.
+    GaveUp,
+}
+
 impl DiskCache {
     /// A disk tier over `config.dir`. Does no I/O: directories are made on first write.
     pub fn new(config: DiskCacheConfig) -> Self {
@@ -263,11 +275,12 @@ impl DiskCache {
     pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
         let this = self.clone();
         let path = self.path_of(identity);
-        let _ = tokio::task::spawn_blocking(move || {
-            this.write(&path, &bytes);
-            this.maybe_sweep();
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || this.write(&path, &bytes)).await;
+        // A due sweep runs on its own, not on this load's time.
+        if self.sweep_due() {
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || this.sweep_if_due());
+        }
     }
 
     fn write(&self, path: &Path, bytes: &[u8]) {
@@ -282,13 +295,15 @@ impl DiskCache {
         let result = (|| -> std::io::Result<()> {
             std::fs::create_dir_all(&tmp_dir)?;
             std::fs::create_dir_all(parent)?;
+            // Unique across processes, even pods that all run as pid 1: random bits too.
             let tmp = tmp_dir.join(format!(
-                "{}.{}.{}",
+                "{}.{}.{}.{:016x}",
                 path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
                 std::process::id(),
-                unique()
+                unique(),
+                random_u64()
             ));
-            let mut file = File::create(&tmp)?;
+            let mut file = File::options().write(true).create_new(true).open(&tmp)?;
             let written = file.write_all(bytes).and_then(|()| file.flush());
             drop(file);
             if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
@@ -326,18 +341,27 @@ impl DiskCache {
         }
     }
 
-    /// Takes `identity`'s fill lock, waiting at most `wait` for another process (or task) that
-    /// holds it: `Some` when this caller should fill the entry, `None` when the wait ended (the
-    /// caller then reads the entry, or goes on without the lock). Never an error: a lock that
-    /// cannot be made is a `None` at once.
-    pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Option<FillLock> {
+    /// Takes `identity`'s fill lock, waiting at most `wait` for the process (or task) that holds
+    /// it. While waiting it watches the entry itself, so a waiter reads the entry as soon as
+    /// it is written, not when the holder's whole load ends. Never an error: a lock that
+    /// cannot be made is [`Fill::GaveUp`] at once.
+    pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Fill {
         let digest = identity.sha256_hex();
-        let path = self.inner.root.join("locks").join(format!("{digest}.lock"));
+        let lock_path = self
+            .inner
+            .root
+            .join("locks")
+            .join(&digest[..2])
+            .join(format!("{digest}.lock"));
+        let entry = self.path_of(identity);
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(2);
         loop {
-            let p = path.clone();
-            let attempt = tokio::task::spawn_blocking(move || -> std::io::Result<Option<File>> {
+            let (p, e) = (lock_path.clone(), entry.clone());
+            let attempt = tokio::task::spawn_blocking(move || -> std::io::Result<Fill> {
+                if e.exists() {
+                    return Ok(Fill::Filled);
+                }
                 if let Some(dir) = p.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
@@ -347,46 +371,50 @@ impl DiskCache {
                     .write(true)
                     .open(&p)?;
                 match file.try_lock() {
-                    Ok(()) => Ok(Some(file)),
-                    Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                    Ok(()) => Ok(Fill::Locked(FillLock { _file: file })),
+                    Err(std::fs::TryLockError::WouldBlock) => Ok(Fill::GaveUp),
                     Err(std::fs::TryLockError::Error(e)) => Err(e),
                 }
             })
             .await;
             match attempt {
-                Ok(Ok(Some(file))) => return Some(FillLock { _file: file }),
-                Ok(Ok(None)) => {}
-                _ => return None, // cannot lock here (read-only directory...): go on without
+                Ok(Ok(Fill::GaveUp)) => {} // held by someone else: wait
+                Ok(Ok(done)) => return done,
+                _ => return Fill::GaveUp, // cannot lock here (read-only directory...)
             }
             if Instant::now() + pause >= deadline {
-                return None;
+                return Fill::GaveUp;
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 
-    /// Sweeps now (tests and tools): expired and partial files out, then the oldest entries
-    /// until the directory holds at most 90 % of the budget. Returns the bytes left.
+    /// Sweeps now, waiting for a sweep in progress to end (tests and tools): expired and
+    /// partial files out, then the oldest entries until the directory holds at most 90 % of
+    /// the budget. Returns the bytes left.
     pub fn sweep_now(&self) -> u64 {
-        sweep::sweep(self)
+        sweep::sweep(self, true).unwrap_or(0)
     }
 
-    fn maybe_sweep(&self) {
+    fn sweep_due(&self) -> bool {
         let inner = &self.inner;
-        let due_bytes =
-            inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8;
-        let due_time = inner
-            .last_sweep
-            .lock()
-            .map(|t| t.elapsed() > SWEEP_INTERVAL)
-            .unwrap_or(true);
-        if due_bytes || due_time {
-            inner.written_since_sweep.store(0, Ordering::Relaxed);
-            if let Ok(mut t) = inner.last_sweep.lock() {
+        inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8
+            || inner
+                .last_sweep
+                .lock()
+                .map(|t| t.elapsed() > SWEEP_INTERVAL)
+                .unwrap_or(true)
+    }
+
+    /// Sweeps when due; the counters restart only if this process did sweep (another may
+    /// hold the sweep lock, and its scan may predate our writes).
+    fn sweep_if_due(&self) {
+        if self.sweep_due() && sweep::sweep(self, false).is_some() {
+            self.inner.written_since_sweep.store(0, Ordering::Relaxed);
+            if let Ok(mut t) = self.inner.last_sweep.lock() {
                 *t = Instant::now();
             }
-            sweep::sweep(self);
         }
     }
 }
@@ -395,4 +423,10 @@ impl DiskCache {
 fn unique() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// 64 random bits (std's randomly keyed hasher over the time: no extra dependency).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(SystemTime::now())
 }

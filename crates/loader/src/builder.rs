@@ -306,7 +306,11 @@ impl LoaderBuilder {
             c.max_entry_bytes = config.max_file_size_bytes;
             mmcache_disk_cache::DiskCache::new(c)
         });
-        let decoded = DecodedCache::new(config.decoded_cache_bytes, config.decoded_cache_entries);
+        let decoded = DecodedCache::with_max_pixels(
+            config.decoded_cache_bytes,
+            config.decoded_cache_entries,
+            config.max_pixels,
+        );
         let memory_hits =
             ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
         Ok(Loader {

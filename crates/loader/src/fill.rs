@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mmcache_decode::DecodedImage;
-use mmcache_disk_cache::DiskCache;
+use mmcache_disk_cache::{DiskCache, Fill};
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
@@ -20,18 +20,28 @@ impl Inner {
         // briefly by the origin client, which then connects to the same addresses.
         self.origin.check_resolved(url).await?;
         // The host's disk tier, with a cross-process single-flight: one process of the host
-        // fills a missing entry, the others wait for it (bounded by the origin deadline) and
-        // read it. The lock is held until this fill has written the entry.
+        // fills a missing entry; the others watch for the entry (at most as long as a fill may
+        // take) and read it. The lock is held until this fill has written the entry.
         let _fill_lock = match &self.disk {
             Some(disk) => {
                 if let Some(hit) = self.read_disk(disk, identity).await? {
                     return Ok(hit);
                 }
-                let lock = disk.lock(identity, self.config.origin_timeout).await;
-                if let Some(hit) = self.read_disk(disk, identity).await? {
-                    return Ok(hit); // filled by the process we waited for
+                match disk.lock(identity, self.fill_wait()).await {
+                    Fill::Locked(lock) => {
+                        // Filled between our read and our lock? Look once more.
+                        if let Some(hit) = self.read_disk(disk, identity).await? {
+                            return Ok(hit);
+                        }
+                        Some(lock)
+                    }
+                    _ => {
+                        if let Some(hit) = self.read_disk(disk, identity).await? {
+                            return Ok(hit); // filled by the process we waited for
+                        }
+                        None // the holder failed or is slow: fill it ourselves
+                    }
                 }
-                lock
             }
             None => None,
         };
@@ -121,6 +131,7 @@ impl Inner {
             image,
             bytes,
             shareable,
+            hedged,
         }: FromOrigin,
     ) -> (Outcome, WriteOutcome) {
         let len = bytes.len();
@@ -133,12 +144,32 @@ impl Inner {
         self.write_disk(identity, bytes.clone()).await;
         let wrote = if self.hedge.enabled() {
             shared
-                .store_within(identity, bytes, self.hedge.set_wait())
+                .store_within(
+                    identity,
+                    bytes,
+                    if hedged {
+                        Duration::ZERO
+                    } else {
+                        self.hedge.set_wait()
+                    },
+                )
                 .await
         } else {
             shared.store(identity, bytes).await
         };
         (Ok((image, Source::Origin, Some(len))), wrote)
+    }
+
+    /// How long a fill of another process of the host may take: its lease wait, download and
+    /// decode wait, each bounded by its own setting.
+    fn fill_wait(&self) -> std::time::Duration {
+        let c = &self.config;
+        let lease = if c.shared.lease.enabled {
+            c.shared.lease.wait
+        } else {
+            std::time::Duration::ZERO
+        };
+        c.origin_timeout + c.decode_wait + lease
     }
 
     /// Reads the disk tier: a hit that decodes is the load's image; bytes that are not a valid
@@ -224,7 +255,7 @@ impl Inner {
             fetched = &mut origin => match fetched {
                 Ok(fetched) => {
                     self.record_hedge("origin_won");
-                    return Raced::Origin(Ok(fetched));
+                    return Raced::Origin(Ok(fetched.hedged()));
                 }
                 // A fast origin failure must not beat a slow cache hit: wait for the GET.
                 Err(e) => {
@@ -251,7 +282,7 @@ impl Inner {
                 fetched = &mut origin => match fetched {
                     Ok(fetched) => {
                         self.record_hedge("origin_won");
-                        return Raced::Origin(Ok(fetched));
+                        return Raced::Origin(Ok(fetched.hedged()));
                     }
                     Err(e) => {
                         if let Ok(Some(hit)) = decoded.await {
@@ -270,7 +301,7 @@ impl Inner {
             }
         }
         self.record_hedge("origin_won");
-        Raced::Origin(origin.await)
+        Raced::Origin(origin.await.map(FromOrigin::hedged))
     }
 
     /// On a miss, one worker of the fleet takes the lease and fills the entry; the others poll
@@ -399,6 +430,7 @@ impl Inner {
             image,
             bytes: fetched.bytes,
             shareable: fetched.redirects == 0 || !loose,
+            hedged: false,
         })
     }
 
@@ -456,6 +488,18 @@ pub(crate) struct FromOrigin {
     bytes: Bytes,
     /// Whether the bytes may go to the disk and shared tiers (see `fetch_and_decode_bytes`).
     shareable: bool,
+    /// Fetched beside a GET that did not answer in time: its node is slow or hung, so the
+    /// SET goes to the background at once instead of waiting on that node too.
+    hedged: bool,
+}
+
+impl FromOrigin {
+    fn hedged(self) -> Self {
+        Self {
+            hedged: true,
+            ..self
+        }
+    }
 }
 
 /// How a hedged GET ended.

@@ -102,6 +102,22 @@ pub fn describe() {
         "Shared-cache values longer than the download cap, left unread"
     );
     describe_counter!(HEDGES, "Hedged shared-cache GETs by outcome");
+    {
+        use mmcache_disk_cache::metrics as disk;
+        describe_counter!(disk::READS, "Disk tier reads by outcome");
+        describe_counter!(
+            disk::READ_BYTES,
+            Unit::Bytes,
+            "Bytes read from disk-tier hits"
+        );
+        describe_counter!(disk::WRITES, "Disk tier writes by outcome");
+        describe_counter!(
+            disk::WRITTEN_BYTES,
+            Unit::Bytes,
+            "Bytes written to the disk tier"
+        );
+        describe_counter!(disk::EVICTIONS, "Disk tier entries removed, by reason");
+    }
     describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
     describe_counter!(
         shared_cache::BREAKER_TRANSITIONS,
