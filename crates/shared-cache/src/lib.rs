@@ -542,15 +542,23 @@ impl SharedCache {
             self.inner.metrics.record_skip("set", "too_large");
             return WriteOutcome::Skipped;
         }
-        let Some(done) = self.inner.queue.push_awaited(self, identity.clone(), bytes) else {
+        let Some(room) = self.inner.queue.reserve(self, bytes.len()) else {
             bump(&self.inner.counters.write_behind_dropped);
             self.inner.metrics.record_skip("set", "queue_full");
             return WriteOutcome::Skipped;
         };
-        match tokio::time::timeout(wait, done).await {
-            Ok(Ok(outcome)) => outcome,
-            // Still running (or its task ended without a word): it finishes on its own.
-            _ => {
+        // The SET runs here, in the load's task (no hop in the common case); if the wait
+        // ends first, the same future moves to a task of its own and finishes there.
+        let (cache, identity) = (self.clone(), identity.clone());
+        let mut write = Box::pin(async move {
+            let outcome = cache.set(&identity, bytes).await;
+            drop(room);
+            outcome
+        });
+        match tokio::time::timeout(wait, &mut write).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                tokio::spawn(write);
                 bump(&self.inner.counters.set_backgrounded);
                 WriteOutcome::Pending
             }

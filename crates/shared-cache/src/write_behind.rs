@@ -38,16 +38,20 @@ impl Queue {
         self.spawn(cache, identity, bytes, true).is_some()
     }
 
-    /// Accepts a write whose caller waits for it a little (a bounded store): it runs at once,
-    /// not behind the write-behind concurrency, and counts against the same bounds. Returns
-    /// its outcome's receiver, or `None` when the queue is full.
-    pub(crate) fn push_awaited(
-        &self,
-        cache: &SharedCache,
-        identity: CacheIdentity,
-        bytes: Bytes,
-    ) -> Option<oneshot::Receiver<WriteOutcome>> {
-        self.spawn(cache, identity, bytes, false)
+    /// Reserves room for a write of `len` bytes against the queue's bounds; `None` when full.
+    /// The room is given back when the returned reservation drops.
+    pub(crate) fn reserve(&self, cache: &SharedCache, len: usize) -> Option<Reservation> {
+        // Reserve first, so concurrent writers cannot overshoot the bounds.
+        let n = self.pending.fetch_add(1, Ordering::AcqRel);
+        let b = self.pending_bytes.fetch_add(len, Ordering::AcqRel);
+        if n >= self.config.max_queued || b + len > self.config.max_queued_bytes {
+            self.done(len);
+            return None;
+        }
+        Some(Reservation {
+            cache: cache.clone(),
+            len,
+        })
     }
 
     fn spawn(
@@ -57,14 +61,7 @@ impl Queue {
         bytes: Bytes,
         queued: bool,
     ) -> Option<oneshot::Receiver<WriteOutcome>> {
-        let len = bytes.len();
-        // Reserve room first, so concurrent pushes cannot overshoot the bounds.
-        let n = self.pending.fetch_add(1, Ordering::AcqRel);
-        let b = self.pending_bytes.fetch_add(len, Ordering::AcqRel);
-        if n >= self.config.max_queued || b + len > self.config.max_queued_bytes {
-            self.done(len);
-            return None;
-        }
+        let room = self.reserve(cache, bytes.len())?;
         let cache = cache.clone();
         let permits = queued.then(|| self.permits.clone());
         let (tx, rx) = oneshot::channel();
@@ -75,13 +72,13 @@ impl Queue {
                 None => None,
             };
             let outcome = cache.set(&identity, bytes).await;
-            cache.inner.queue.done(len);
+            drop(room);
             let _ = tx.send(outcome); // the caller may have stopped waiting
         });
         Some(rx)
     }
 
-    fn done(&self, len: usize) {
+    pub(crate) fn done(&self, len: usize) {
         self.pending_bytes.fetch_sub(len, Ordering::AcqRel);
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.idle.notify_waiters();
@@ -99,5 +96,18 @@ impl Queue {
             }
         };
         tokio::time::timeout(deadline, wait).await.is_ok()
+    }
+}
+
+/// Room held in the write queue by one write; given back on drop.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    cache: SharedCache,
+    len: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.cache.inner.queue.done(self.len);
     }
 }

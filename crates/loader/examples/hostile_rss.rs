@@ -1,0 +1,127 @@
+//! Peak memory of hostile images, measured: a local origin serves 16 distinct 100-megapixel
+//! PNGs (all-zero rows, about 1.9 MB each on the wire, 300 MB each decoded); a loader with the
+//! default decode budget loads all 16 at once, then each hostile file of the decode tests once.
+//! Prints the process's peak resident memory (VmHWM) after each phase.
+//!
+//! ```sh
+//! cargo run --release -p mmcache-loader --example hostile_rss
+//! ```
+
+use std::time::Instant;
+
+use mmcache_loader::Loader;
+use mmcache_test_support::images;
+use mmcache_test_support::origin::{Route, TestOrigin};
+
+/// Peak resident set of this process, in MiB (Linux).
+fn peak_rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024)
+}
+
+/// Resets the peak (Linux: writing 5 to clear_refs).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let origin = TestOrigin::start();
+    let bombs: Vec<String> = (0..16)
+        .map(|i| {
+            let path = format!("/100mp-{i}.png");
+            origin.set(
+                &path,
+                Route::ok(images::zero_png(10_000, 10_000 - i, 8, 2, &[])),
+            );
+            origin.url(&path)
+        })
+        .collect();
+    let hostile = [
+        (
+            "empty-scan JPEG 10000x10000",
+            images::jpeg_empty_scan(10_000, 10_000),
+        ),
+        (
+            "IDAT-starved PNG 10000x10000",
+            images::png_header_claiming(10_000, 10_000),
+        ),
+        (
+            "1x1 PNG with 256 MiB iCCP and zTXt bombs",
+            images::zero_png(
+                1,
+                1,
+                8,
+                2,
+                &[
+                    (b"iCCP", images::iccp_bomb(256 << 20)),
+                    (b"zTXt", images::ztxt_bomb(256 << 20)),
+                ],
+            ),
+        ),
+        (
+            "16-bit RGBA PNG 10000x10000",
+            images::zero_png(10_000, 10_000, 16, 6, &[]),
+        ),
+    ];
+    for (i, (_, body)) in hostile.iter().enumerate() {
+        origin.set(&format!("/hostile-{i}"), Route::ok(body.clone()));
+    }
+    // Default settings, decoded cache off: only decodes hold image memory.
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .decoded_cache_entries(Some(0))
+        .build()?;
+    println!(
+        "decode budget: {} MiB",
+        loader.config().decode_memory_bytes >> 20
+    );
+    println!("baseline peak RSS: {} MiB", peak_rss_mib());
+
+    reset_peak();
+    let started = Instant::now();
+    let tasks: Vec<_> = bombs
+        .iter()
+        .map(|url| {
+            let (loader, url) = (loader.clone(), url.clone());
+            tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        if t.await?.is_ok() {
+            ok += 1;
+        }
+    }
+    println!(
+        "16 concurrent 100 MP PNGs: {ok} loaded in {:.1} s, peak RSS {} MiB",
+        started.elapsed().as_secs_f64(),
+        peak_rss_mib()
+    );
+
+    for (i, (name, body)) in hostile.iter().enumerate() {
+        reset_peak();
+        let before = peak_rss_mib();
+        let started = Instant::now();
+        let result = loader
+            .load(&origin.url(&format!("/hostile-{i}")), None)
+            .await;
+        let outcome = match &result {
+            Ok(image) => format!("decoded {}x{}", image.width(), image.height()),
+            Err(e) => format!("refused {}: {e}", e.http_status()),
+        };
+        println!(
+            "{name} ({} bytes): {outcome}; {:.1} ms, peak RSS {} MiB (from {before})",
+            body.len(),
+            started.elapsed().as_secs_f64() * 1e3,
+            peak_rss_mib()
+        );
+    }
+    Ok(())
+}
