@@ -63,6 +63,18 @@ impl Opts {
 }
 
 impl Measure {
+    /// The measure of `ops` operations that took `elapsed` in all, with these latencies.
+    fn from_latencies(ops: usize, elapsed: Duration, mut lat: Vec<Duration>) -> Self {
+        lat.sort();
+        Self {
+            ops,
+            elapsed,
+            p50: percentile(&lat, 0.5),
+            p99: percentile(&lat, 0.99),
+            max: lat.last().copied().unwrap_or_default(),
+        }
+    }
+
     fn rate(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
@@ -119,14 +131,7 @@ where
     }
     let elapsed = started.elapsed();
     anyhow::ensure!(failures == 0, "{failures} of {n} operations failed");
-    all.sort();
-    Ok(Measure {
-        ops: n,
-        elapsed,
-        p50: percentile(&all, 0.5),
-        p99: percentile(&all, 0.99),
-        max: all.last().copied().unwrap_or_default(),
-    })
+    Ok(Measure::from_latencies(n, elapsed, all))
 }
 
 /// `rounds` alternating runs of baseline and subject. Returns the pair from the round with
@@ -668,16 +673,9 @@ async fn stampede(
             }
         }
         let elapsed = started.elapsed();
-        lat.sort();
         let fetches = origin.total_hits() - before;
         let per_url = fetches as f64 / urls_n as f64;
-        let m = Measure {
-            ops: lat.len(),
-            elapsed,
-            p50: percentile(&lat, 0.5),
-            p99: percentile(&lat, 0.99),
-            max: lat.last().copied().unwrap_or_default(),
-        };
+        let m = Measure::from_latencies(lat.len(), elapsed, lat);
         rows.push(Row {
             scenario: format!(
                 "stampede, {} loaders, lease {}",
@@ -717,15 +715,8 @@ async fn zipf(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
     let s = common::summarize(&records);
     anyhow::ensure!(s.failures == 0, "{} loads failed", s.failures);
     let pct = |n: usize| 100.0 * n as f64 / s.loads as f64;
-    let mut lat: Vec<Duration> = records.iter().map(|r| r.latency).collect();
-    lat.sort();
-    let m = Measure {
-        ops: s.loads,
-        elapsed,
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or_default(),
-    };
+    let lat: Vec<Duration> = records.iter().map(|r| r.latency).collect();
+    let m = Measure::from_latencies(s.loads, elapsed, lat);
     Ok(vec![Row {
         scenario: format!("zipf s=1.1, {loads} loads over {images_n} images, 4 loaders"),
         subject: m,

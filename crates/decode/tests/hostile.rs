@@ -2,59 +2,17 @@
 //! allocates stays small and fixed. A counting allocator measures the peak of live bytes
 //! during each decode, so "never allocates the full buffer" is asserted, not assumed.
 
-// The one unsafe block: a GlobalAlloc that forwards to the system allocator and counts.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use mmcache_decode::{
     DecodeLimits, Error, ImageFormat, JpegDecoder, JpegDecoderChoice, decode, probe,
     select_jpeg_decoder,
 };
+use mmcache_test_support::alloc::{Counting, peak_during};
 use mmcache_test_support::{images, in_ci};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call forwards to `System` with the caller's layout; the counters only watch.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
 const MIB: usize = 1 << 20;
-
-/// Runs `f` and returns its result with the peak of bytes allocated on top of what was live.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let out = f();
-    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
-}
 
 fn assert_truncated(result: Result<mmcache_decode::DecodedImage, Error>, what: &str) {
     match result {

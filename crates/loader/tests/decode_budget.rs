@@ -2,45 +2,12 @@
 //! never hold more decode memory together than the budget. A counting allocator measures the
 //! peak of live bytes in the process, so the bound is asserted, not assumed.
 
-// The one unsafe block: a GlobalAlloc that forwards to the system allocator and counts.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mmcache_loader::{Error, Loader};
+use mmcache_test_support::alloc::{Counting, peak_since, start_peak};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call forwards to `System` with the caller's layout; the counters only watch.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -73,8 +40,7 @@ async fn concurrent_large_decodes_stay_within_the_budget() {
         .build()
         .unwrap();
 
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = start_peak();
     let tasks: Vec<_> = urls
         .into_iter()
         .map(|url| {
@@ -87,7 +53,7 @@ async fn concurrent_large_decodes_stay_within_the_budget() {
         let len = t.await.unwrap().expect("every load succeeds, in turn");
         assert!(len >= 2000 * 1500 * 3);
     }
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let peak = peak_since(base);
     // Twelve at once would be over 108 MB. The budget admits two decodes (18 MB); a finished
     // image outlives its permit for a moment (on its way to the caller, who drops it), so up
     // to two such outputs may be alive beside them, plus fixed overhead (HTTP bodies of

@@ -12,6 +12,7 @@
 //! assert_eq!(origin.hits("/cat.png"), 0);
 //! ```
 
+pub mod alloc;
 pub mod forward;
 pub mod images;
 pub mod origin;

@@ -13,7 +13,7 @@ use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 
 use super::{Measure, Opts, Row, ops, worker};
-use crate::common::{ms, percentile};
+use crate::common::ms;
 
 /// Times `n` calls of `op` on this thread.
 fn time_calls(n: usize, op: &dyn Fn() -> bool) -> anyhow::Result<Measure> {
@@ -25,14 +25,7 @@ fn time_calls(n: usize, op: &dyn Fn() -> bool) -> anyhow::Result<Measure> {
         lat.push(t.elapsed());
     }
     let elapsed = started.elapsed();
-    lat.sort();
-    Ok(Measure {
-        ops: n,
-        elapsed,
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or_default(),
-    })
+    Ok(Measure::from_latencies(n, elapsed, lat))
 }
 
 /// One thread decoding the same file over and over: the default path (libjpeg-turbo for
@@ -117,14 +110,7 @@ pub(super) fn cache_insert(o: &Opts) -> anyhow::Result<Vec<Row>> {
             lat.push(t.elapsed());
         }
         let elapsed = started.elapsed();
-        lat.sort();
-        Measure {
-            ops: ids.len(),
-            elapsed,
-            p50: percentile(&lat, 0.5),
-            p99: percentile(&lat, 0.99),
-            max: lat.last().copied().unwrap_or_default(),
-        }
+        Measure::from_latencies(ids.len(), elapsed, lat)
     };
     // Baseline: the same inserts into a cache that is nearly empty.
     let empty = DecodedCache::new(weight * (n as u64 + 16), None);
@@ -175,14 +161,7 @@ pub(super) async fn policy_dns(o: &Opts, origin: &TestOrigin) -> anyhow::Result<
                 lat.push(t.elapsed());
             }
             let elapsed = started.elapsed();
-            lat.sort();
-            anyhow::Ok(Measure {
-                ops: n,
-                elapsed,
-                p50: percentile(&lat, 0.5),
-                p99: percentile(&lat, 0.99),
-                max: lat.last().copied().unwrap_or_default(),
-            })
+            anyhow::Ok(Measure::from_latencies(n, elapsed, lat))
         }
     };
     // The first check of the name resolves it (getaddrinfo of localhost); the rest hit the cache.
