@@ -92,60 +92,45 @@ pub(super) fn new_addresses(ctx: &Ctx) -> anyhow::Result<Report> {
 
 /// 3. A master is SIGSTOPped, then resumed.
 pub(super) fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
-    let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
-    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
-    run.sleep_until(ctx.warmup());
-    let hung = run.event("SIGSTOP master 0");
-    setup.cluster.hang(0)?;
-    run.sleep_until(hung + ctx.fault());
-    setup.cluster.resume(0)?;
-    let resumed = run.event("SIGCONT master 0");
-    let result = run.finish(ctx)?;
-    let mut failed = Vec::new();
-    let summary = base_checks(&result.records, &mut failed);
-    let bound = hedged_bound();
-    check(
-        &mut failed,
-        summary.max <= bound,
-        format!("a load took {:?}, bound {bound:?}", summary.max),
-    );
-    check(
-        &mut failed,
-        shared_between(&result.records, hung, resumed) > 0,
-        "no shared hits from the healthy masters during the hang",
-    );
-    drop(setup);
-    Ok(report(
-        "hung-node",
-        result,
-        failed,
-        summary,
-        resumed,
-        Window {
-            from: hung,
-            to: resumed,
-            label: "master 0 hung".into(),
-        },
-    ))
+    sick_master(ctx, "hung-node", "master 0 hung", |setup, run| {
+        let hung = run.event("SIGSTOP master 0");
+        setup.cluster.hang(0)?;
+        run.sleep_until(hung + ctx.fault());
+        setup.cluster.resume(0)?;
+        Ok((hung, run.event("SIGCONT master 0")))
+    })
 }
 
 /// 3b. A master answers every command late: stopped 300 ms of every 320 ms for the fault
 /// window (each command waits for the next wake-up), then at full speed again.
 pub(super) fn slow_node(ctx: &Ctx) -> anyhow::Result<Report> {
+    sick_master(ctx, "slow-node", "master 0 slow (300 ms)", |setup, run| {
+        let slow = run.event("master 0 slow: SIGSTOP 300 ms / SIGCONT 20 ms, repeated");
+        let mut cycles = 0;
+        // Bounded by the fault window and by a cycle count, whatever the clock does.
+        while run.now() < slow + ctx.fault() && cycles < 1000 {
+            setup.cluster.hang(0)?;
+            std::thread::sleep(Duration::from_millis(300));
+            setup.cluster.resume(0)?;
+            std::thread::sleep(Duration::from_millis(20));
+            cycles += 1;
+        }
+        Ok((slow, run.event("master 0 at full speed")))
+    })
+}
+
+/// A scenario where master 0 is sick (`inject` makes it so and returns when the fault began
+/// and ended): no load may wait past the hedge bound, and the healthy masters keep serving.
+fn sick_master(
+    ctx: &Ctx,
+    name: &'static str,
+    label: &str,
+    inject: impl FnOnce(&Setup, &mut Run) -> anyhow::Result<(f64, f64)>,
+) -> anyhow::Result<Report> {
     let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
     let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
     run.sleep_until(ctx.warmup());
-    let slow = run.event("master 0 slow: SIGSTOP 300 ms / SIGCONT 20 ms, repeated");
-    let mut cycles = 0;
-    // Bounded by the fault window and by a cycle count, whatever the clock does.
-    while run.now() < slow + ctx.fault() && cycles < 1000 {
-        setup.cluster.hang(0)?;
-        std::thread::sleep(Duration::from_millis(300));
-        setup.cluster.resume(0)?;
-        std::thread::sleep(Duration::from_millis(20));
-        cycles += 1;
-    }
-    let fast = run.event("master 0 at full speed");
+    let (from, to) = inject(&setup, &mut run)?;
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
     let summary = base_checks(&result.records, &mut failed);
@@ -157,20 +142,20 @@ pub(super) fn slow_node(ctx: &Ctx) -> anyhow::Result<Report> {
     );
     check(
         &mut failed,
-        shared_between(&result.records, slow, fast) > 0,
-        "no shared hits from the healthy masters while master 0 was slow",
+        shared_between(&result.records, from, to) > 0,
+        "no shared hits from the healthy masters while master 0 was sick",
     );
     drop(setup);
     Ok(report(
-        "slow-node",
+        name,
         result,
         failed,
         summary,
-        fast,
+        to,
         Window {
-            from: slow,
-            to: fast,
-            label: "master 0 slow (300 ms)".into(),
+            from,
+            to,
+            label: label.into(),
         },
     ))
 }
