@@ -55,6 +55,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     );
 
     let mut rows = Vec::new();
+    // One phase: the fleet runs the plan; the row counts the origin downloads it caused.
+    let phase = |name: &str, loaders: &[Loader]| {
+        let before = origin.total_hits();
+        let t0 = Instant::now();
+        let records = rt.block_on(common::run_fleet(loaders, urls.clone(), &plan));
+        row(name, &records, origin.total_hits() - before, t0.elapsed())
+    };
     let fleet = |url: Option<&str>, lease: bool| -> anyhow::Result<Vec<Loader>> {
         let mut settings = LeaseSettings::default();
         settings.enabled = lease;
@@ -69,16 +76,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .collect()
     };
 
-    let before = origin.total_hits();
-    let loaders = fleet(None, false)?;
-    let t0 = Instant::now();
-    let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
-    rows.push(row(
-        "per-worker caches only",
-        &records,
-        origin.total_hits() - before,
-        t0.elapsed(),
-    ));
+    rows.push(phase("per-worker caches only", &fleet(None, false)?));
 
     // The host's disk tier, no Redis: the workers share one directory (separate loaders here,
     // as separate processes would be; crates/cli/tests/disk_tier.rs runs real processes).
@@ -96,15 +94,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                     .build()?)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let before = origin.total_hits();
-        let t0 = Instant::now();
-        let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
-        rows.push(row(
-            name,
-            &records,
-            origin.total_hits() - before,
-            t0.elapsed(),
-        ));
+        rows.push(phase(name, &loaders));
     }
     let _ = std::fs::remove_dir_all(&disk_dir);
 
@@ -122,15 +112,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 let _ = cluster.cli(i, &["FLUSHALL"]);
             }
             let loaders = fleet(Some(&cluster.url()), lease)?;
-            let before = origin.total_hits();
-            let t0 = Instant::now();
-            let records = rt.block_on(common::run_fleet(&loaders, urls.clone(), &plan));
-            rows.push(row(
-                name,
-                &records,
-                origin.total_hits() - before,
-                t0.elapsed(),
-            ));
+            rows.push(phase(name, &loaders));
             if !lease {
                 for l in &loaders {
                     let s = l.shared_cache().expect("enabled").stats();
