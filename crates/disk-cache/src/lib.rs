@@ -140,6 +140,8 @@ struct Inner {
     /// Bytes this process wrote since its last sweep.
     written_since_sweep: AtomicU64,
     last_sweep: std::sync::Mutex<Instant>,
+    /// Set while this process sweeps.
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// The disk tier. Cheap to clone.
@@ -177,6 +179,7 @@ impl DiskCache {
                 counters: Counters::default(),
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -407,13 +410,33 @@ impl DiskCache {
                 .unwrap_or(true)
     }
 
-    /// Sweeps when due; the counters restart only if this process did sweep (another may
-    /// hold the sweep lock, and its scan may predate our writes).
+    /// Sweeps while due, one sweep at a time per process. Writes made during a sweep stay
+    /// counted (only what was counted when it started is subtracted), and the due check runs
+    /// again after the sweeper steps down, so no write's trigger is lost. A sweep another
+    /// process holds the lock for is left to it.
     fn sweep_if_due(&self) {
-        if self.sweep_due() && sweep::sweep(self, false).is_some() {
-            self.inner.written_since_sweep.store(0, Ordering::Relaxed);
-            if let Ok(mut t) = self.inner.last_sweep.lock() {
-                *t = Instant::now();
+        let inner = &self.inner;
+        loop {
+            if inner.sweeping.swap(true, Ordering::AcqRel) {
+                return; // this process's sweeper will look again when it is done
+            }
+            let mut left_to_another = false;
+            while self.sweep_due() {
+                let counted = inner.written_since_sweep.load(Ordering::Relaxed);
+                if sweep::sweep(self, false).is_none() {
+                    left_to_another = true;
+                    break;
+                }
+                inner
+                    .written_since_sweep
+                    .fetch_sub(counted, Ordering::Relaxed);
+                if let Ok(mut t) = inner.last_sweep.lock() {
+                    *t = Instant::now();
+                }
+            }
+            inner.sweeping.store(false, Ordering::Release);
+            if left_to_another || !self.sweep_due() {
+                return;
             }
         }
     }
