@@ -1,0 +1,102 @@
+"""mmcache: image URLs to pixels for multimodal inference workers, through a decoded-image
+cache, in-flight joins, a host disk tier, a fleet-wide shared cache (Redis Cluster, Valkey,
+Dragonfly) and the origin, all in Rust.
+
+>>> import asyncio, mmcache
+>>> loader = mmcache.Loader.from_env()                  # DYN_MM_* / MMCACHE_* variables
+>>> pixels = asyncio.run(loader.load(url))              # doctest: +SKIP
+>>> pixels.shape, pixels.dtype, pixels.flags.writeable  # doctest: +SKIP
+((480, 640, 3), dtype('uint8'), False)
+
+``mmcache.dynamo.ImageLoader`` is a drop-in for Dynamo's ``ImageLoader``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from . import _native, errors
+from ._native import Pixels, __version__, metrics_text, scope_from_headers
+from .errors import (
+    BatchError,
+    BodyTooLargeError,
+    ConfigError,
+    DecodeBusyError,
+    ImageTooLargeError,
+    InvalidDataUrlError,
+    MmcacheError,
+    OriginConnectionError,
+    OriginStatusError,
+    OriginTimeoutError,
+    TooLargeError,
+    UnsupportedImageError,
+    UrlPolicyError,
+)
+
+__all__ = [
+    "BatchError",
+    "BodyTooLargeError",
+    "ConfigError",
+    "DecodeBusyError",
+    "ImageTooLargeError",
+    "InvalidDataUrlError",
+    "Loader",
+    "MmcacheError",
+    "OriginConnectionError",
+    "OriginStatusError",
+    "OriginTimeoutError",
+    "Pixels",
+    "TooLargeError",
+    "UnsupportedImageError",
+    "UrlPolicyError",
+    "__version__",
+    "errors",
+    "metrics_text",
+    "scope_from_headers",
+]
+
+
+class Loader(_native.Loader):
+    """Loads image URLs through every cache layer: the decoded-image cache, a load in flight,
+    the host's disk tier, the shared cache, the origin; all in Rust, without the GIL.
+
+    ``Loader(**settings)`` starts from the defaults (the environment is not read);
+    ``Loader.from_env(**settings)`` reads the ``DYN_MM_*``/``MMCACHE_*`` variables first, then
+    applies ``settings``. Settings (all optional, as the Rust builder's): ``shared_cache``,
+    ``shared_cache_url``, ``shared_cache_ttl_secs``, ``shared_cache_connect_timeout_secs``,
+    ``shared_cache_io_timeout_secs``, ``shared_cache_lease``, ``shared_cache_tls_root_ca``
+    (PEM bytes), ``max_file_size_bytes``, ``session_scoped``, ``allow_internal``,
+    ``allowed_media_domains``, ``disk_cache_dir``, ``disk_cache_max_bytes``,
+    ``disk_cache_ttl_secs``, ``decoded_cache_bytes``, ``decoded_cache_entries``,
+    ``max_pixels``, ``decode_memory_bytes``, ``decode_concurrency``, ``decode_wait_secs``,
+    ``origin_timeout_secs``, ``origin_connect_timeout_secs``. A bad value raises
+    :class:`ConfigError` (a ``ValueError``) naming it.
+
+    Loads return a read-only ``numpy.ndarray`` of shape (H, W, 3), dtype uint8, viewing the
+    decoded pixels without a copy (a cache hit shares the cached pixels). Failures raise a
+    :class:`MmcacheError` subclass with ``http_status``. Cancelling an awaiting task never
+    cancels the load other callers wait for; the load still fills the caches.
+    """
+
+    @classmethod
+    def from_env(cls, **settings: Any) -> "Loader":
+        """A loader configured by the environment, then by ``settings``."""
+        return cls(env=True, **settings)
+
+    async def load(self, url: str, scope: str | None = None) -> numpy.ndarray:
+        """The image at ``url``, within the session ``scope`` (used when session scoping is
+        on; ``None`` or blank: no scope)."""
+        return await super().load(url, scope)
+
+    async def load_detailed(self, url: str, scope: str | None = None) -> tuple[numpy.ndarray, str]:
+        """``(array, source)``: source is ``"memory"``, ``"inflight"``, ``"disk"``,
+        ``"shared"``, ``"origin"`` or ``"data"``."""
+        return await super().load_detailed(url, scope)
+
+    async def load_batch(self, urls: list[str], scope: str | None = None) -> list[numpy.ndarray]:
+        """Every URL, loaded concurrently, in order. A failure raises the first error with an
+        origin status, else the first URL-policy error, else a :class:`BatchError` listing
+        ``(index, error)`` for each."""
+        return await super().load_batch(urls, scope)

@@ -1,0 +1,74 @@
+"""Exceptions of mmcache loads: one class per kind, each with ``http_status``.
+
+Every class derives from :class:`MmcacheError`. Messages name the image's host, never its
+path, query or credentials, and never a cache URL.
+"""
+
+from __future__ import annotations
+
+
+class MmcacheError(Exception):
+    """A failed load or a bad setting. ``http_status`` is the status a worker can return."""
+
+    def __init__(self, message: str, http_status: int = 500) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+class ConfigError(MmcacheError, ValueError):
+    """A setting or environment variable is invalid; the message names it."""
+
+
+class UrlPolicyError(MmcacheError, ValueError):
+    """The URL or a redirect broke the URL policy (scheme, internal address, allowlist,
+    redirect limit): 400 or 403."""
+
+
+class OriginStatusError(MmcacheError):
+    """The origin answered with an error status; ``http_status`` and ``origin_status`` are it."""
+
+    origin_status: int
+
+
+class OriginTimeoutError(MmcacheError, TimeoutError):
+    """The origin did not answer within the timeout: 408."""
+
+
+class OriginConnectionError(MmcacheError, ConnectionError):
+    """The origin could not be reached, or the connection broke: 400."""
+
+
+class TooLargeError(MmcacheError, ValueError):
+    """A size limit: 413."""
+
+
+class BodyTooLargeError(TooLargeError):
+    """The download (or data URL) is larger than ``max_file_size_bytes``."""
+
+
+class ImageTooLargeError(TooLargeError):
+    """The image has more pixels than ``max_pixels``, or needs more memory than the decode
+    budget."""
+
+
+class UnsupportedImageError(MmcacheError, ValueError):
+    """The bytes are not a supported image (JPEG, PNG, WebP, GIF), or are corrupt: 415."""
+
+
+class InvalidDataUrlError(MmcacheError, ValueError):
+    """A malformed ``data:`` URL: 400 (415 when its media type is not an image).
+
+    ``reason`` is ``"not_image"``, ``"not_base64"``, ``"bad_base64"`` or ``"malformed"``.
+    """
+
+    reason: str
+
+
+class DecodeBusyError(MmcacheError):
+    """Other decodes held the decode budget for the whole wait: 503."""
+
+
+class BatchError(MmcacheError):
+    """Several loads of a batch failed; ``failures`` lists ``(index, error)``."""
+
+    failures: list[tuple[int, MmcacheError]]

@@ -1,0 +1,122 @@
+//! Rust errors as the Python exceptions of `mmcache.errors`.
+
+use mmcache_loader::{ConfigError, DataUrlError, Error, OriginError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyList;
+
+/// The `mmcache.errors` class for a failed load.
+fn class_of(err: &Error) -> &'static str {
+    match err {
+        Error::Origin(e) => match e {
+            OriginError::Status(_) => "OriginStatusError",
+            OriginError::Timeout => "OriginTimeoutError",
+            OriginError::TooLarge { .. } => "BodyTooLargeError",
+            OriginError::Policy(_)
+            | OriginError::TooManyRedirects(_)
+            | OriginError::RedirectLoop
+            | OriginError::BadRedirect => "UrlPolicyError",
+            OriginError::Connect(_) => "OriginConnectionError",
+            OriginError::EmptyBody => "UnsupportedImageError",
+            _ => "MmcacheError",
+        },
+        Error::Decode(e) if e.is_too_large() => "ImageTooLargeError",
+        Error::Decode(e) if e.http_status() == 415 => "UnsupportedImageError",
+        Error::DataUrl(DataUrlError::TooLarge { .. }) => "BodyTooLargeError",
+        Error::DataUrl(_) => "InvalidDataUrlError",
+        Error::OverDecodeBudget { .. } => "ImageTooLargeError",
+        Error::DecodeBusy { .. } => "DecodeBusyError",
+        Error::Batch(_) => "BatchError",
+        _ => "MmcacheError",
+    }
+}
+
+fn errors_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    MODULE
+        .get_or_try_init(py, || py.import("mmcache.errors").map(Bound::unbind))
+        .map(|m| m.bind(py))
+}
+
+/// Where a load went, for messages: the URL's host (never its user, password, path or
+/// query: those may carry secrets), or "data URL".
+fn place(url: &str) -> String {
+    if url
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("data:"))
+    {
+        return "data URL".to_owned();
+    }
+    match url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+    {
+        Some(host) => format!("image host {host}"),
+        None => "unparsable URL".to_owned(),
+    }
+}
+
+/// `urls`: the one URL of a load, or every URL of a batch (failures name theirs by index).
+fn build(py: Python<'_>, err: &Error, urls: &[&str]) -> PyResult<PyErr> {
+    let class = errors_module(py)?.getattr(class_of(err))?;
+    let message = match (err, urls) {
+        (_, [url]) => format!("{err} ({})", place(url)),
+        _ => err.to_string(),
+    };
+    let value = class.call1((message, err.http_status()))?;
+    if let Some(status) = err.origin_status() {
+        value.setattr("origin_status", status)?;
+    }
+    if let Error::DataUrl(reason) = err {
+        value.setattr("reason", data_url_reason(reason))?;
+    }
+    if let Error::Batch(failures) = err {
+        let list = PyList::empty(py);
+        for (index, failure) in failures.iter() {
+            let url = urls.get(*index).copied().unwrap_or_default();
+            list.append((*index, build(py, failure, &[url])?.into_value(py)))?;
+        }
+        value.setattr("failures", list)?;
+    }
+    Ok(PyErr::from_value(value))
+}
+
+/// What is wrong with a `data:` URL, as `InvalidDataUrlError.reason`.
+fn data_url_reason(err: &DataUrlError) -> &'static str {
+    match err {
+        DataUrlError::NotImage => "not_image",
+        DataUrlError::NotBase64 => "not_base64",
+        DataUrlError::BadBase64 => "bad_base64",
+        _ => "malformed",
+    }
+}
+
+/// The Python exception for a failed load of `url`.
+pub(crate) fn load_error(py: Python<'_>, err: &Error, url: &str) -> PyErr {
+    build(py, err, &[url]).unwrap_or_else(|e| e)
+}
+
+/// The Python exception for a failed batch: the first failure with an origin status, else the
+/// first URL-policy failure (each naming its URL's host), else a `BatchError` listing all.
+pub(crate) fn batch_error(py: Python<'_>, failures: Vec<(usize, Error)>, urls: &[&str]) -> PyErr {
+    let pick = failures
+        .iter()
+        .find(|(_, e)| e.origin_status().is_some())
+        .or_else(|| failures.iter().find(|(_, e)| e.is_policy()));
+    let made = match pick {
+        Some((index, err)) => build(py, err, &[urls[*index]]),
+        None => build(py, &Error::Batch(failures.into()), urls),
+    };
+    made.unwrap_or_else(|e| e)
+}
+
+/// The Python exception (`mmcache.errors.ConfigError`, a `ValueError`) for a bad setting.
+pub(crate) fn config_error(py: Python<'_>, err: &ConfigError) -> PyErr {
+    let made = errors_module(py)
+        .and_then(|m| m.getattr("ConfigError"))
+        .and_then(|class| class.call1((err.to_string(), 500u16)));
+    match made {
+        Ok(value) => PyErr::from_value(value),
+        Err(e) => e,
+    }
+}

@@ -1,0 +1,259 @@
+//! `mmcache.Loader`: the Rust loader with awaitable and blocking loads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mmcache_loader::scope::Scope;
+use mmcache_loader::{Image, LoaderBuilder};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::{errors, pixels, runtime};
+
+/// Loads image URLs through every cache layer: the decoded-image cache, a load in flight,
+/// the host's disk tier, the shared cache, the origin.
+///
+/// The native half of `mmcache.Loader` (whose `async def` methods await these futures).
+/// `Loader(**settings)` starts from the defaults and does not read the environment;
+/// `Loader(env=True, **settings)` reads the `DYN_MM_*`/`MMCACHE_*` variables first. Settings
+/// (all optional): `shared_cache`, `shared_cache_url`, `shared_cache_ttl_secs`,
+/// `shared_cache_connect_timeout_secs`, `shared_cache_io_timeout_secs`, `shared_cache_lease`,
+/// `shared_cache_tls_root_ca` (PEM bytes), `max_file_size_bytes`, `session_scoped`,
+/// `allow_internal`, `allowed_media_domains`, `disk_cache_dir`, `disk_cache_max_bytes`,
+/// `disk_cache_ttl_secs`, `decoded_cache_bytes`, `decoded_cache_entries`, `max_pixels`,
+/// `decode_memory_bytes`, `decode_concurrency`, `decode_wait_secs`, `origin_timeout_secs`,
+/// `origin_connect_timeout_secs`.
+#[pyclass(frozen, subclass, module = "mmcache._native")]
+pub(crate) struct Loader {
+    inner: mmcache_loader::Loader,
+}
+
+#[pymethods]
+impl Loader {
+    /// `env=True` reads the environment first (what `Loader.from_env` does).
+    #[new]
+    #[pyo3(signature = (*, env=false, **settings))]
+    fn new(py: Python<'_>, env: bool, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let builder = if env {
+            LoaderBuilder::from_env().map_err(|e| errors::config_error(py, &e))?
+        } else {
+            mmcache_loader::Loader::builder()
+        };
+        Self::build(py, builder, settings)
+    }
+
+    /// `await loader.load(url, scope=None)`: a read-only `numpy.ndarray` (H, W, 3) uint8
+    /// viewing the decoded pixels (no copy; a cache hit shares the cached pixels).
+    /// Cancelling the awaiting task does not cancel the load others wait for.
+    #[pyo3(signature = (url, scope=None))]
+    fn load<'py>(
+        &self,
+        py: Python<'py>,
+        url: String,
+        scope: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (loader, scope) = (self.inner.clone(), scope_of(scope));
+        runtime::get()?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let loaded = loader.load_detailed(&url, scope.as_ref()).await;
+            Python::attach(|py| match loaded {
+                Ok(l) => pixels::to_array(py, l.image),
+                Err(e) => Err(errors::load_error(py, &e, &url)),
+            })
+        })
+    }
+
+    /// `await loader.load_detailed(url, scope=None)`: `(array, source)`, the source being
+    /// `"memory"`, `"inflight"`, `"disk"`, `"shared"`, `"origin"` or `"data"`.
+    #[pyo3(signature = (url, scope=None))]
+    fn load_detailed<'py>(
+        &self,
+        py: Python<'py>,
+        url: String,
+        scope: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (loader, scope) = (self.inner.clone(), scope_of(scope));
+        runtime::get()?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let loaded = loader.load_detailed(&url, scope.as_ref()).await;
+            Python::attach(|py| match loaded {
+                Ok(l) => Ok((pixels::to_array(py, l.image)?, l.source.as_str())
+                    .into_pyobject(py)?
+                    .unbind()),
+                Err(e) => Err(errors::load_error(py, &e, &url)),
+            })
+        })
+    }
+
+    /// The blocking form of `load`, for threads without an event loop. The GIL is released
+    /// while it waits.
+    #[pyo3(signature = (url, scope=None))]
+    fn load_sync(&self, py: Python<'_>, url: &str, scope: Option<&str>) -> PyResult<Py<PyAny>> {
+        let rt = runtime::get()?;
+        let scope = scope_of(scope);
+        let loaded = py.detach(|| rt.block_on(self.inner.load(url, scope.as_ref())));
+        match loaded {
+            Ok(image) => pixels::to_array(py, image),
+            Err(e) => Err(errors::load_error(py, &e, url)),
+        }
+    }
+
+    /// `await loader.load_batch(urls, scope=None)`: arrays in order, loaded concurrently.
+    /// A failure raises the first error with an origin status, else the first URL-policy
+    /// error, else a `BatchError` whose `failures` lists `(index, error)`.
+    #[pyo3(signature = (urls, scope=None))]
+    fn load_batch<'py>(
+        &self,
+        py: Python<'py>,
+        urls: Vec<String>,
+        scope: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (loader, scope) = (self.inner.clone(), scope_of(scope));
+        runtime::get()?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let results = loader.load_batch_each(&urls, scope.as_ref()).await;
+            Python::attach(|py| batch_arrays(py, results, &urls))
+        })
+    }
+
+    /// The blocking form of `load_batch`.
+    #[pyo3(signature = (urls, scope=None))]
+    fn load_batch_sync(
+        &self,
+        py: Python<'_>,
+        urls: Vec<String>,
+        scope: Option<&str>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let rt = runtime::get()?;
+        let scope = scope_of(scope);
+        let results = py.detach(|| rt.block_on(self.inner.load_batch_each(&urls, scope.as_ref())));
+        batch_arrays(py, results, &urls)
+    }
+
+    /// Number of images in the decoded-image cache.
+    #[getter]
+    fn cache_entries(&self) -> usize {
+        self.inner.decoded_cache().stats().entries
+    }
+
+    /// Whether caches are partitioned by session scope.
+    #[getter]
+    fn session_scoped(&self) -> bool {
+        self.inner.config().session_scoped
+    }
+
+    /// Whether the shared cache is configured.
+    #[getter]
+    fn shared_cache_enabled(&self) -> bool {
+        self.inner.shared_cache().is_some()
+    }
+
+    /// Waits up to `timeout_secs` for queued shared-cache writes; returns whether all landed.
+    #[pyo3(signature = (timeout_secs=5.0))]
+    fn flush(&self, py: Python<'_>, timeout_secs: f64) -> PyResult<bool> {
+        let rt = runtime::get()?;
+        let deadline = secs("timeout_secs", timeout_secs)?;
+        Ok(py.detach(|| rt.block_on(self.inner.shutdown(deadline))))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<mmcache.Loader {:?}>", self.inner.config())
+    }
+}
+
+impl Loader {
+    fn build(
+        py: Python<'_>,
+        mut builder: LoaderBuilder,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        if let Some(settings) = settings {
+            for (name, value) in settings.iter() {
+                let name: String = name.extract()?;
+                builder = apply(builder, &name, &value)?;
+            }
+        }
+        // Before the build: the loader resolves its metric handles once, at build time.
+        runtime::metrics();
+        runtime::init_logs();
+        let rt = runtime::get()?;
+        let _entered = rt.enter();
+        let inner = builder.build().map_err(|e| errors::config_error(py, &e))?;
+        Ok(Self { inner })
+    }
+}
+
+/// A blank scope is no scope, as in Dynamo.
+fn scope_of(raw: Option<&str>) -> Option<Scope> {
+    raw.and_then(Scope::new)
+}
+
+fn batch_arrays(
+    py: Python<'_>,
+    results: Vec<mmcache_loader::Result<mmcache_loader::Loaded>>,
+    urls: &[String],
+) -> PyResult<Vec<Py<PyAny>>> {
+    let mut images: Vec<Arc<Image>> = Vec::with_capacity(results.len());
+    let mut failures = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(l) => images.push(l.image),
+            Err(e) => failures.push((i, e)),
+        }
+    }
+    if !failures.is_empty() {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        return Err(errors::batch_error(py, failures, &urls));
+    }
+    images
+        .into_iter()
+        .map(|i| pixels::to_array(py, i))
+        .collect()
+}
+
+/// A duration setting in seconds: finite and not negative (upper bounds: the builder's).
+fn secs(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!("{name}={value} is not a valid number of seconds"))
+    })
+}
+
+/// Applies one keyword setting.
+fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
+    Ok(match name {
+        "shared_cache" => b.shared_cache(v.extract()?),
+        "shared_cache_url" => b.shared_cache_url(v.extract::<String>()?),
+        "shared_cache_ttl_secs" => b.shared_cache_ttl(secs(name, v.extract()?)?),
+        "shared_cache_connect_timeout_secs" => {
+            b.shared_cache_connect_timeout(secs(name, v.extract()?)?)
+        }
+        "shared_cache_io_timeout_secs" => b.shared_cache_io_timeout(secs(name, v.extract()?)?),
+        "shared_cache_tls_root_ca" => b.shared_cache_tls_root_ca(v.extract()?),
+        "shared_cache_lease" => {
+            let mut lease = b.config().shared.lease;
+            lease.enabled = v.extract()?;
+            b.shared_cache_lease(lease)
+        }
+        "max_file_size_bytes" => b.max_file_size_bytes(v.extract()?),
+        "session_scoped" => b.session_scoped(v.extract()?),
+        "allow_internal" => b.allow_internal(v.extract()?),
+        "allowed_media_domains" => b.allowed_media_domains(v.extract::<Vec<String>>()?),
+        "disk_cache_dir" => b.disk_cache_dir(v.extract::<std::path::PathBuf>()?),
+        "disk_cache_max_bytes" => b.disk_cache_max_bytes(v.extract()?),
+        "disk_cache_ttl_secs" => b.disk_cache_ttl(secs(name, v.extract()?)?),
+        "decoded_cache_bytes" => b.decoded_cache_bytes(v.extract()?),
+        "decoded_cache_entries" => b.decoded_cache_entries(v.extract()?),
+        "max_pixels" => b.max_pixels(v.extract()?),
+        "decode_memory_bytes" => b.decode_memory_bytes(v.extract()?),
+        "decode_concurrency" => b.decode_concurrency(v.extract()?),
+        "decode_wait_secs" => b.decode_wait(secs(name, v.extract()?)?),
+        "origin_timeout_secs" => b.origin_timeout(secs(name, v.extract()?)?),
+        "origin_connect_timeout_secs" => b.origin_connect_timeout(secs(name, v.extract()?)?),
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "Loader got an unexpected keyword argument '{name}'"
+            )));
+        }
+    })
+}
