@@ -120,6 +120,10 @@ def test_shared_cache_serves_another_worker(origin, path, shared_env):
     _, s2 = asyncio.run(reader.load_detailed(url))
     assert (s1, s2) == ("origin", "shared")
     assert origin.count(p) == 1
+    # Dynamo's histogram names, for dashboards built on Dynamo's Python workers.
+    text = mmcache.metrics_text()
+    assert 'dynamo_component_image_shared_cache_get_duration_seconds_count{outcome="hit"' in text
+    assert "dynamo_component_image_shared_cache_set_duration_seconds_bucket" in text
 
 
 # --- a mixed fleet: the same keys and values as Dynamo's Python workers --------------------

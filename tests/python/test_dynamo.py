@@ -1,0 +1,407 @@
+"""mmcache.dynamo.ImageLoader on the cases Dynamo's own tests document (DYNAMO-SPEC §7), with a
+real origin and a real Redis Cluster instead of mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+
+import pytest
+from conftest import Route, pixels_of, png
+from PIL import Image
+from test_loader import shared_key
+
+from mmcache import dynamo
+from mmcache.dynamo import (
+    HttpStatusError,
+    ImageLoader,
+    UrlValidationError,
+    image_cache_scope_from_request,
+)
+
+
+class Policy:
+    """Dynamo's UrlValidationPolicy shape."""
+
+    def __init__(self, allow: bool) -> None:
+        self.allow_http = allow
+        self.allow_private_ips = allow
+
+
+def internal(**kw) -> ImageLoader:
+    return ImageLoader(url_policy=Policy(True), **kw)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def raises(exc_type, coro):
+    with pytest.raises(exc_type) as info:
+        run(coro)
+    return info.value
+
+
+def test_returns_an_rgb_pil_image_with_pillows_pixels(origin, path):
+    data = png(23, 11, seed=9)
+    img = run(internal().load_image(origin.image(path(), data)))
+    assert isinstance(img, Image.Image) and img.mode == "RGB" and img.size == (23, 11)
+    assert img.tobytes() == pixels_of(data)
+    # A separate image: writing to it never changes what later loads see.
+    img.putpixel((0, 0), (1, 2, 3))
+
+
+def test_concurrent_same_url_deduplicates(origin, path):
+    p = path()
+    url = origin.image(p, png(8, 8), delay=0.3)
+    loader = internal()
+
+    async def both():
+        return await asyncio.gather(loader.load_image(url), loader.load_image(url))
+
+    a, b = run(both())
+    assert a.tobytes() == b.tobytes()
+    assert origin.count(p) == 1
+
+
+def test_concurrent_different_urls_fetch_independently(origin, path):
+    p1, p2 = path(), path()
+    u1, u2 = origin.image(p1, png(8, 8, 1)), origin.image(p2, png(8, 8, 2))
+    loader = internal()
+
+    async def both():
+        return await asyncio.gather(loader.load_image(u1), loader.load_image(u2))
+
+    run(both())
+    assert (origin.count(p1), origin.count(p2)) == (1, 1)
+
+
+def test_waiter_cancellation_does_not_cancel_shared_task(origin, path):
+    url = origin.image(path(), png(8, 8), delay=0.4)
+    loader = internal()
+
+    async def scenario():
+        a = asyncio.ensure_future(loader.load_image(url))
+        b = asyncio.ensure_future(loader.load_image(url))
+        await asyncio.sleep(0.1)
+        a.cancel()
+        return await b
+
+    assert run(scenario()).size == (8, 8)
+
+
+def test_retry_after_failure(origin, path):
+    p = path()
+    url = origin.image(p, png(4, 4), delay=1.0)
+    loader = internal(http_timeout=0.3)
+    e = raises(HttpStatusError, loader.load_image(url))
+    assert e.status == 408 and "Timeout" in str(e)
+    origin.image(p, png(4, 4))  # now fast: the failure was not cached
+    assert run(loader.load_image(url)).size == (4, 4)
+
+
+def test_timeout_with_the_default_http_timeout_is_408(origin, path):
+    # Dynamo's default (30 s) and ours, unchanged: what users run.
+    url = origin.image(path(), png(4, 4), delay=32.0)
+    e = raises(HttpStatusError, internal().load_image(url))
+    assert e.status == 408 and e.http_status == 408
+    assert "timeout=30.0s" in str(e)
+
+
+def test_http_rejected_by_default(origin, path):
+    e = raises(UrlValidationError, ImageLoader().load_image(origin.image(path(), png(4, 4))))
+    assert isinstance(e, ValueError)
+
+
+def test_file_and_schemeless_sources_rejected():
+    loader = ImageLoader()
+    for url in ("file:///etc/passwd", "/etc/passwd"):
+        e = raises(ValueError, loader.load_image(url))
+        assert "local file access is not allowed" in str(e)
+
+
+def test_data_url_invalid_base64_normalized():
+    e = raises(ValueError, ImageLoader().load_image("data:image/png;base64,@@@"))
+    assert "Invalid base64" in str(e)
+
+
+def test_data_url_non_image_rejected():
+    e = raises(ValueError, ImageLoader().load_image("data:text/plain;base64,aGk="))
+    assert "Data URL must be an image type" in str(e)
+
+
+def test_data_url_image_loads():
+    data = png(5, 3, seed=4)
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    assert run(ImageLoader().load_image(url)).tobytes() == pixels_of(data)
+
+
+def test_http_connection_error_raises_400():
+    e = raises(HttpStatusError, internal().load_image("http://127.0.0.1:1/x.png"))
+    assert e.status == 400 and "Connection error" in str(e)
+
+
+def test_http_status_error_propagated(origin, path):
+    e = raises(HttpStatusError, internal().load_image(origin.base + path()))
+    assert e.status == 404 and e.http_status == 404
+
+
+def test_unsupported_format_url_raises_415(origin, path):
+    svg = b"<svg xmlns='http://www.w3.org/2000/svg' width='1' height='1'/>"
+    e = raises(HttpStatusError, internal().load_image(origin.image(path("a.svg"), svg)))
+    assert e.status == 415 and "Unsupported Media Type" in str(e)
+
+
+def test_unsupported_format_data_url_raises_415():
+    url = "data:image/svg+xml;base64," + base64.b64encode(b"<svg/>").decode()
+    assert raises(HttpStatusError, ImageLoader().load_image(url)).status == 415
+
+
+def test_unsupported_format_batch_url_raises_415(origin, path):
+    url = origin.image(path("a.svg"), b"<svg/>")
+    e = raises(HttpStatusError, internal().load_image_batch([{"Url": url}]))
+    assert e.status == 415
+
+
+def test_oversized_download_is_a_url_validation_error_413(origin, path):
+    url = origin.image(path(), png(64, 64, 3))
+    e = raises(UrlValidationError, internal(max_bytes=100).load_image(url))
+    assert e.http_status == 413
+
+
+def test_decompression_bomb_is_413_not_500(origin, path):
+    # 20000 x 20000 is over the 100 MP pixel limit: refused before decoding.
+    img = Image.new("L", (20000, 20000))
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    e = raises(HttpStatusError, internal().load_image(origin.image(path(), out.getvalue())))
+    assert e.status == 413
+
+
+def test_uuid_only_image_slots_preserve_batch_alignment(origin, path):
+    url = origin.image(path(), png(4, 4))
+    items = [{"Url": url}, {"UuidOnly": "u"}, {"Url": url}]
+    out = run(internal().load_image_batch(items, preserve_uuid_slots=True))
+    assert out[1] is None and out[0].size == out[2].size == (4, 4)
+
+
+def test_uuid_only_image_slots_require_opt_in():
+    e = raises(ValueError, ImageLoader().load_image_batch([{"UuidOnly": "u"}]))
+    assert "preserve_uuid_slots" in str(e)
+
+
+def test_decoded_items_and_bad_items_are_value_errors():
+    assert "decoded media" in str(raises(ValueError, ImageLoader().load_image_batch([{"Decoded": {}}])))
+    assert "index 0" in str(raises(ValueError, ImageLoader().load_image_batch([{"Nope": 1}])))
+
+
+def test_batch_propagates_cancellation(origin, path):
+    url = origin.image(path(), png(4, 4), delay=1.0)
+    loader = internal()
+
+    async def scenario():
+        task = asyncio.ensure_future(loader.load_image_batch([{"Url": url}]))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await task
+
+    with pytest.raises(asyncio.CancelledError):
+        run(scenario())
+
+
+def test_ssrf_blocked_batch_url_raises_url_validation_error():
+    e = raises(UrlValidationError, ImageLoader().load_image_batch(
+        [{"Url": "https://169.254.169.254/latest/meta-data"}]))
+    assert isinstance(e, ValueError)
+
+
+def test_redirect_cap_is_a_url_validation_error(origin, path):
+    hops = [path() for _ in range(5)]
+    for here, there in zip(hops, hops[1:]):
+        origin.set(here, Route(302, b"", headers={"Location": origin.base + there}))
+    origin.image(hops[-1], png(4, 4))
+    e = raises(UrlValidationError, internal().load_image(origin.base + hops[0]))
+    assert "redirect" in str(e)
+
+
+def test_image_batch_prioritizes_typed_client_error(origin, path):
+    svg = origin.image(path("a.svg"), b"<svg/>")
+    # The first HttpStatusError in item order wins over everything else.
+    e = raises(HttpStatusError, internal().load_image_batch(
+        [{"Url": "data:image/png;base64,@@"}, {"Url": "http://127.0.0.1:1/x.png"}, {"Url": svg}]))
+    assert e.status == 400
+    # Without one, a UrlValidationError wins over a plain ValueError.
+    e = raises(UrlValidationError, ImageLoader().load_image_batch(
+        [{"Url": "data:image/png;base64,@@"}, {"Url": "https://169.254.169.254/x"}]))
+    assert "169.254.169.254" in str(e) or "blocked" in str(e).lower() or "internal" in str(e).lower()
+
+
+def test_cache_is_lru_not_fifo(origin, path):
+    paths = {k: path() for k in "abcd"}
+    urls = {k: origin.image(p, png(8, 8, seed=ord(k))) for k, p in paths.items()}
+    loader = internal(cache_size=3)
+
+    async def scenario():
+        for k in "abc":
+            await loader.load_image(urls[k])
+        await loader.load_image(urls["a"])  # touch a
+        await loader.load_image(urls["d"])  # evicts one entry
+        await loader.load_image(urls["a"])
+
+    run(scenario())
+    assert loader.cache_entries == 3
+    assert origin.count(paths["a"]) == 1  # a stayed: recently used
+
+
+def test_cache_size_zero_turns_the_local_cache_off(origin, path):
+    p = path()
+    url = origin.image(p, png(4, 4))
+    loader = internal(cache_size=0)
+    run(loader.load_image(url))
+    run(loader.load_image(url))
+    assert origin.count(p) == 2 and loader.cache_entries == 0
+
+
+def test_frontend_decoding_is_refused():
+    with pytest.raises(ValueError, match="enable_frontend_decoding"):
+        ImageLoader(enable_frontend_decoding=True)
+
+
+def test_shared_cache_requires_url_when_enabled(monkeypatch):
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "1")
+    with pytest.raises(ValueError, match="DYN_MM_SHARED_IMAGE_CACHE_URL"):
+        ImageLoader()
+
+
+def test_shared_cache_enabled_rejects_other_spellings(monkeypatch):
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "true")
+    with pytest.raises(ValueError, match="DYN_MM_SHARED_IMAGE_CACHE_ENABLED"):
+        ImageLoader()
+
+
+def test_shared_cache_hit_skips_origin_fetch(origin, path, shared_env):
+    p = path()
+    url = origin.base + p
+    data = png(7, 5, seed=11)
+    shared_env.client.set(shared_key(url), data, ex=60)
+    assert run(ImageLoader().load_image(url)).tobytes() == pixels_of(data)
+    assert origin.count(p) == 0
+
+
+def test_shared_cache_miss_writes_validated_origin_bytes(origin, path, shared_env, monkeypatch):
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS", "123")
+    data = png(6, 6, seed=12)
+    url = origin.image(path(), data)
+    loader = ImageLoader()
+    run(loader.load_image(url))
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.get(shared_key(url)) == data
+    assert 0 < shared_env.client.ttl(shared_key(url)) <= 123
+
+
+def test_shared_cache_does_not_write_invalid_origin_bytes(origin, path, shared_env):
+    url = origin.image(path("a.svg"), b"<svg/>")
+    loader = ImageLoader()
+    assert raises(HttpStatusError, loader.load_image(url)).status == 415
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.get(shared_key(url)) is None
+
+
+def test_shared_cache_errors_fall_back_to_origin(origin, path, monkeypatch):
+    # Nothing listens there: every cache call fails, every load succeeds.
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "1")
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_URL", "redis://127.0.0.1:1")
+    loader = internal()
+    for i in range(3):
+        assert run(loader.load_image(origin.image(path(), png(4, 4, i)))).size == (4, 4)
+
+
+@pytest.mark.parametrize("bad", [b"garbage", png(16, 16, 5)[:-30]], ids=["invalid", "truncated"])
+def test_invalid_shared_cache_entry_is_deleted_and_refetched(origin, path, shared_env, bad):
+    data = png(16, 16, seed=5)
+    p = path()
+    url = origin.image(p, data)
+    shared_env.client.set(shared_key(url), bad, ex=60)
+    loader = ImageLoader()
+    assert run(loader.load_image(url)).tobytes() == pixels_of(data)
+    assert origin.count(p) == 1
+    assert loader.loader.flush(5.0)
+    # Replaced by the origin's bytes (deleted, then refilled).
+    assert shared_env.client.get(shared_key(url)) == data
+
+
+def test_cache_key_preserves_url_path_and_query_case(origin, path, shared_env):
+    p = path("Img.PNG")
+    u1 = origin.image(p + "?Q=1", png(4, 4, 1))
+    u2 = origin.image(p.lower() + "?q=1", png(4, 4, 2))
+    loader = ImageLoader()
+    run(loader.load_image(u1))
+    run(loader.load_image(u2))
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.get(shared_key(u1)) != shared_env.client.get(shared_key(u2))
+
+
+def test_session_scoped_cache_partitions_local_and_shared_keys(origin, path, shared_env):
+    p = path()
+    url = origin.image(p, png(4, 4))
+    loader = ImageLoader(session_scoped_cache=True)
+    for scope in ("a", "b", "a"):
+        run(loader.load_image(url, cache_scope=scope))
+    assert origin.count(p) == 2
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.exists(shared_key(url, "a"), shared_key(url, "b")) == 2
+
+
+def test_session_scoped_cache_partitions_inflight_dedup(origin, path):
+    p = path()
+    url = origin.image(p, png(4, 4), delay=0.3)
+    loader = internal(session_scoped_cache=True)
+
+    async def scenario():
+        await asyncio.gather(*(loader.load_image(url, cache_scope=s) for s in "aab"))
+
+    run(scenario())
+    assert origin.count(p) == 2
+
+
+def test_session_scope_is_ignored_when_flag_is_disabled(origin, path):
+    p = path()
+    url = origin.image(p, png(4, 4))
+    loader = internal(session_scoped_cache=False)
+    run(loader.load_image(url, cache_scope="a"))
+    run(loader.load_image(url, cache_scope="b"))
+    assert origin.count(p) == 1
+
+
+def test_session_scoped_cache_can_be_enabled_by_env(monkeypatch):
+    monkeypatch.setenv("DYN_MM_IMAGE_CACHE_SESSION_SCOPED", "1")
+    assert ImageLoader().session_scoped_cache
+    monkeypatch.setenv("DYN_MM_IMAGE_CACHE_SESSION_SCOPED", "yes")
+    with pytest.raises(ValueError, match="DYN_MM_IMAGE_CACHE_SESSION_SCOPED"):
+        ImageLoader()
+
+
+def test_session_scoped_cache_bypasses_when_scope_is_missing(origin, path, shared_env):
+    p = path()
+    url = origin.image(p, png(4, 4))
+    loader = ImageLoader(session_scoped_cache=True)
+    run(loader.load_image(url))
+    run(loader.load_image(url, cache_scope="  "))
+    assert origin.count(p) == 2 and loader.cache_entries == 0
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.get(shared_key(url)) is None
+
+
+@pytest.mark.parametrize("value,expected", [(" session-a ", "session-a"), ("", None),
+                                            (123, None), ({}, None)])
+def test_image_cache_scope_from_request(value, expected):
+    assert image_cache_scope_from_request({"image_cache_scope": value}) == expected
+
+
+def test_properties():
+    loader = ImageLoader()
+    assert loader.cache_entries == 0
+    assert loader.session_scoped_cache is False
+    assert loader.shared_image_cache_stats is None
+    assert dynamo.ImageLoader.CACHE_SIZE_MAXIMUM == 8
