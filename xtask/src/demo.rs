@@ -131,7 +131,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         )
     } else {
         "redis-server not found: shared-cache phase skipped (run `cargo xtask test` once, or \
-         apt-get install -y redis-server redis-tools)"
+         apt-get install -y redis-server)"
             .to_owned()
     };
 

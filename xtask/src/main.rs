@@ -1,6 +1,6 @@
 //! Project automation for mmcache, run as `cargo xtask <command>`.
 //!
-//! - `test`: install what is missing (redis-server, redis-tools, openssl), then fmt check,
+//! - `test`: install what is missing (redis-server, libturbojpeg0, python3-venv), then fmt check,
 //!   clippy `-D warnings`, every test, and the doc build. CI runs exactly this.
 //! - `demo`: the main job: a local origin, a fleet of loaders with and without a shared Redis
 //!   Cluster, and a short report.

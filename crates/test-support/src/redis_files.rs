@@ -1,9 +1,10 @@
 //! Files of a test cluster: where node directories go, and the TLS certificates of a
 //! `rediss://` cluster.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -51,77 +52,69 @@ pub(crate) fn all_loopback_ips() -> Vec<Ipv4Addr> {
     (1..=60).map(|d| Ipv4Addr::new(127, 0, 0, d)).collect()
 }
 
-/// Makes a CA and a server certificate for `ips` with the `openssl` command.
+/// Makes a CA and a server certificate for `ips` and `localhost` with `rcgen`, written as PEM
+/// files in `dir`: `ca.crt`, `ca.key`, `server.crt` and `server.key`, valid for 2 days.
 pub(crate) fn make_tls_files(dir: &Path, ips: &[Ipv4Addr]) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
-    let run = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .context("run openssl (is it installed?)")?;
-        anyhow::ensure!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
     };
-    let san: Vec<String> = ips
-        .iter()
-        .map(|ip| format!("IP:{ip}"))
-        .chain(["DNS:localhost".to_owned()])
-        .collect();
-    std::fs::write(
-        dir.join("ext.cnf"),
-        format!(
-            "subjectAltName={}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
-            san.join(",")
-        ),
-    )?;
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=mmcache test CA",
-    ])?;
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ])?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ])?;
+    std::fs::create_dir_all(dir)?;
+    // rcgen takes `time` dates; it names the type, so build "now" from its epoch.
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("clock before 1970")?;
+    let now = rcgen::date_time_ymd(1970, 1, 1) + since_epoch;
+    let (not_before, not_after) = (
+        now - Duration::from_secs(3600),
+        now + Duration::from_secs(2 * 24 * 3600),
+    );
+
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "mmcache test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    (ca.not_before, ca.not_after) = (not_before, not_after);
+    let ca_key = KeyPair::generate().context("generate the CA key")?;
+    let ca_cert = ca.self_signed(&ca_key).context("self-sign the CA")?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca, ca_key);
+
+    let mut server = CertificateParams::new(vec!["localhost".to_owned()])
+        .context("server certificate parameters")?;
+    server
+        .subject_alt_names
+        .extend(ips.iter().map(|&ip| SanType::IpAddress(IpAddr::V4(ip))));
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    server.is_ca = IsCa::ExplicitNoCa;
+    server.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    server.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    (server.not_before, server.not_after) = (not_before, not_after);
+    let server_key = KeyPair::generate().context("generate the server key")?;
+    let server_cert = server
+        .signed_by(&server_key, &issuer)
+        .context("sign the server certificate")?;
+
+    for (name, pem) in [
+        ("ca.crt", ca_cert.pem()),
+        ("ca.key", ca_key_pem),
+        ("server.crt", server_cert.pem()),
+        ("server.key", server_key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(name), pem).with_context(|| format!("write {name}"))?;
+    }
     Ok(dir.to_path_buf())
 }

@@ -1,0 +1,113 @@
+//! Node control: kill, hang (SIGSTOP), resume, restart, and move nodes to new addresses.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::{Node, RedisCluster, free_port};
+
+impl RedisCluster {
+    /// Kills node `i` (SIGKILL) and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        if let Some(mut child) = node.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        node.stopped = true;
+    }
+
+    /// Stops node `i` in place (SIGSTOP): it keeps its sockets but answers nothing.
+    ///
+    /// # Errors
+    ///
+    /// When the signal cannot be sent.
+    pub fn hang(&self, i: usize) -> anyhow::Result<()> {
+        self.signal(i, "-STOP")?;
+        self.nodes[i].hung.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Resumes a hung node (SIGCONT).
+    ///
+    /// # Errors
+    ///
+    /// When the signal cannot be sent.
+    pub fn resume(&self, i: usize) -> anyhow::Result<()> {
+        self.signal(i, "-CONT")?;
+        self.nodes[i].hung.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn signal(&self, i: usize, sig: &str) -> anyhow::Result<()> {
+        let pid = self.nodes[i].pid().context("node not running")?;
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill {sig} {pid} failed");
+        Ok(())
+    }
+
+    /// Restarts a killed node at its address, from its `nodes.conf`.
+    ///
+    /// # Errors
+    ///
+    /// When it does not start.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        let mut node = std::mem::replace(
+            &mut self.nodes[i],
+            Node {
+                ip: Ipv4Addr::LOCALHOST,
+                port: 0,
+                dir: PathBuf::new(),
+                child: None,
+                stopped: true,
+                hung: AtomicBool::new(false),
+            },
+        );
+        let result = self.spawn(&mut node);
+        self.nodes[i] = node;
+        result?;
+        self.wait_ping(i, Duration::from_secs(10))
+    }
+
+    /// Kills every node, restarts each at `ips[i % len]` on a fresh port, keeping its identity
+    /// and slots (`nodes.conf`), then re-forms the cluster with `CLUSTER MEET` between all
+    /// pairs. Returns when the cluster is ok again.
+    ///
+    /// # Errors
+    ///
+    /// When the moved cluster does not become ok within 30 s.
+    pub fn move_all(&mut self, ips: &[Ipv4Addr]) -> anyhow::Result<()> {
+        self.kill_all();
+        self.restart_all_at(ips)?;
+        self.wait_ok(Duration::from_secs(30))
+    }
+
+    /// Kills every node (an outage).
+    pub fn kill_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Restarts every (killed) node at new addresses and re-forms the cluster, without waiting
+    /// for `cluster_state:ok`.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not start.
+    pub fn restart_all_at(&mut self, ips: &[Ipv4Addr]) -> anyhow::Result<()> {
+        for i in 0..self.nodes.len() {
+            let ip = ips[i % ips.len()];
+            self.nodes[i].ip = ip;
+            self.nodes[i].port = free_port(ip)?;
+            self.restart(i)?;
+        }
+        self.meet_all()
+    }
+}
