@@ -5,10 +5,8 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 6] = [
+const PREREQUISITES: [(&str, &str); 4] = [
     ("command -v redis-server", "redis-server"),
-    ("command -v redis-cli", "redis-tools"),
-    ("command -v openssl", "openssl"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
     (
         "ldconfig -p | grep -q 'libturbojpeg.so.0 '",
@@ -63,6 +61,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 .env("MMCACHE_TEST_SERVER", &valkey),
         )?;
     }
+    python_package(&python, &valkey)?;
     step(
         "doc",
         Command::new("cargo")
@@ -71,6 +70,35 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     )?;
     println!("xtask test: all gates passed");
     Ok(())
+}
+
+/// Builds the Python package (crates/python) into target/venv with maturin and runs its
+/// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey.
+fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
+    let venv = std::env::current_dir()?.join(VENV);
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    step(
+        "maturin develop -m crates/python/Cargo.toml",
+        Command::new(venv.join("bin/maturin"))
+            .args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
+            .env("VIRTUAL_ENV", &venv)
+            .env("PATH", &path),
+    )?;
+    let pytest = |extra: &[&str]| {
+        let mut cmd = Command::new(python);
+        cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(extra);
+        cmd
+    };
+    step("pytest tests/python", &mut pytest(&["tests/python"]))?;
+    step(
+        "pytest tests/python/test_loader.py on Valkey",
+        pytest(&["tests/python/test_loader.py"]).env("MMCACHE_TEST_SERVER", valkey),
+    )
 }
 
 fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
