@@ -235,10 +235,7 @@ impl Inner {
             (Option<Bytes>, GetOutcome),
             tokio::task::JoinError,
         >| { r.unwrap_or((None, GetOutcome::Error)) };
-        let Some(delay) = self.hedge.delay_if_ready() else {
-            let (cached, outcome) = joined(get.await);
-            return Raced::Cache(cached, outcome);
-        };
+        let delay = self.hedge.current_delay();
         if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
             let (cached, outcome) = joined(r);
             return Raced::Cache(cached, outcome);

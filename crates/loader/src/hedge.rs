@@ -100,10 +100,17 @@ impl Hedge {
         Duration::from_micros(self.delay_us.load(Ordering::Relaxed))
     }
 
-    /// The delay, once this loader has timed [`WARM_UP`] GETs: until it knows what a normal GET
-    /// costs (its first GETs also wait for the connection), it does not hedge.
-    pub(crate) fn delay_if_ready(&self) -> Option<Duration> {
-        (self.answered.load(Ordering::Relaxed) >= WARM_UP).then(|| self.delay())
+    /// The delay to use now: the adaptive one once this loader has timed [`WARM_UP`] GETs;
+    /// before that the cap. Its first GETs also wait for the connection, so their latency says
+    /// little about a normal GET; but a GET slower than the cap is sick whatever the
+    /// connection did (the connect timeout is shorter), and a worker that starts while a node
+    /// hangs must not wait the full I/O timeout on every early load.
+    pub(crate) fn current_delay(&self) -> Duration {
+        if self.answered.load(Ordering::Relaxed) >= WARM_UP {
+            self.delay()
+        } else {
+            self.settings.max_delay
+        }
     }
 
     /// The longest a load waits for its SET: the same budget as a GET.
@@ -206,14 +213,14 @@ mod tests {
     }
 
     #[test]
-    fn no_hedge_before_the_warm_up() {
+    fn the_cap_until_the_warm_up_then_the_adaptive_delay() {
         let h = Hedge::new(HedgeSettings::default());
         for _ in 0..WARM_UP - 1 {
             h.observe(Duration::from_millis(1));
         }
-        assert_eq!(h.delay_if_ready(), None);
+        assert_eq!(h.current_delay(), Duration::from_millis(250));
         h.observe(Duration::from_millis(1));
-        assert_eq!(h.delay_if_ready(), Some(Duration::from_millis(20)));
+        assert_eq!(h.current_delay(), Duration::from_millis(20));
     }
 
     #[test]

@@ -455,6 +455,69 @@ async fn with_default_timeouts_a_hung_master_is_hedged_not_waited_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_a_master_hangs_hedges_its_first_loads() {
+    if !require_redis("a_worker_started_while_a_master_hangs_hedges_its_first_loads") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    // Master 1 hangs (node 0 is the discovery URL: the new worker still learns the slot map).
+    let hung = 1;
+    let urls: Vec<String> = (0..256)
+        .map(|i| origin.url(&format!("/cold-{i}.png")))
+        .filter(|u| cluster.master_of(&key_for(u)).unwrap() == hung)
+        .take(8)
+        .collect();
+    assert_eq!(urls.len(), 8, "8 keys on master {hung} among 256");
+    for (i, url) in urls.iter().enumerate() {
+        let path = url.rsplit_once('/').unwrap().1;
+        origin.set(&format!("/{path}"), Route::ok(images::png(8, 8, i as u32)));
+    }
+    let filler = Loader::builder()
+        .allow_internal(true)
+        .shared_cache_url(cluster.url())
+        .build()
+        .unwrap();
+    for url in &urls {
+        filler.load(url, None).await.unwrap();
+    }
+    // A worker with the default settings has just started: four loads connected it to every
+    // master (far fewer GETs than it needs to learn their latency) when master 1 hangs.
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .shared_cache_url(cluster.url())
+        .build()
+        .unwrap();
+    for url in &urls[..4] {
+        assert_eq!(
+            loader.load_detailed(url, None).await.unwrap().source,
+            Source::Shared
+        );
+    }
+    cluster.hang(hung).unwrap();
+    let io_timeout = loader.config().shared.io_timeout;
+    let mut tasks = Vec::new();
+    for url in urls[4..].iter().cloned() {
+        let loader = loader.clone();
+        tasks.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            (loader.load_detailed(&url, None).await, started.elapsed())
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    cluster.resume(hung).unwrap();
+    for (loaded, took) in results {
+        assert_eq!(loaded.unwrap().source, Source::Origin);
+        // It hedged at the cap instead of waiting for the GET's I/O timeout.
+        assert!(took < io_timeout, "took {took:?}");
+    }
+    assert_eq!(loader.hedge_stats().hedged, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_origin_failure_does_not_beat_a_slow_hit() {
     if !require_redis("a_fast_origin_failure_does_not_beat_a_slow_hit") {
         return;
