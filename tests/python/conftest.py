@@ -147,6 +147,13 @@ class Cluster:
     def __init__(self, binary: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="mmcache-pytest-redis-")
         self.procs: list[subprocess.Popen] = []
+        try:
+            self._start(binary)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, binary: str) -> None:
         self.ports = [_free_port() for _ in range(3)]
         for port in self.ports:
             node_dir = os.path.join(self.dir, str(port))
@@ -157,7 +164,7 @@ class Cluster:
                  "--appendonly", "no", "--cluster-node-timeout", "2000"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))
-        nodes = [self._wait_ping(port) for port in self.ports]
+        nodes = [self._wait_ping(port, proc) for port, proc in zip(self.ports, self.procs)]
         per = 16384 // 3
         for i, node in enumerate(nodes):
             first, last = i * per, (16383 if i == 2 else (i + 1) * per - 1)
@@ -170,15 +177,18 @@ class Cluster:
                 break
             time.sleep(0.1)
         else:
-            self.close()
             raise RuntimeError("the test cluster did not reach cluster_state:ok in 30 s")
         self.url = f"redis://127.0.0.1:{self.ports[0]}"
         self.client = redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
 
-    def _wait_ping(self, port: int) -> redis.Redis:
+    def _wait_ping(self, port: int, proc: subprocess.Popen) -> redis.Redis:
         node = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            # Our process must be alive: if it exited (port taken), whatever answers on the
+            # port is somebody else's server, not ours to reconfigure.
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server on port {port} exited ({proc.returncode})")
             try:
                 node.ping()
                 return node
@@ -214,7 +224,12 @@ def cluster():
 
 @pytest.fixture
 def shared_env(monkeypatch, cluster):
-    """The DYN_MM_* environment of a worker with the shared cache on."""
+    """The DYN_MM_* environment of a worker with the shared cache on.
+
+    Hedging is off: these tests count origin fetches exactly, and a hedge (a cold loader's
+    first GET slower than 250 ms on a loaded CI machine) would add one. The Rust tests and
+    the chaos suite cover hedging with the defaults."""
+    monkeypatch.setenv("MMCACHE_SHARED_IMAGE_CACHE_HEDGE", "0")
     monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "1")
     monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_URL", cluster.url)
     monkeypatch.setenv("DYN_MM_ALLOW_INTERNAL", "1")

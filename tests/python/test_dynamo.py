@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
+import struct
+import zlib
 
 import pytest
 from conftest import Route, pixels_of, png
@@ -89,6 +90,7 @@ def test_waiter_cancellation_does_not_cancel_shared_task(origin, path):
         return await b
 
     assert run(scenario()).size == (8, 8)
+    assert origin.count(url.removeprefix(origin.base)) == 1
 
 
 def test_retry_after_failure(origin, path):
@@ -170,13 +172,46 @@ def test_oversized_download_is_a_url_validation_error_413(origin, path):
     assert e.http_status == 413
 
 
+def _png_declaring(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height grey pixels, with one tiny IDAT."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
 def test_decompression_bomb_is_413_not_500(origin, path):
-    # 20000 x 20000 is over the 100 MP pixel limit: refused before decoding.
-    img = Image.new("L", (20000, 20000))
-    out = io.BytesIO()
-    img.save(out, format="PNG")
-    e = raises(HttpStatusError, internal().load_image(origin.image(path(), out.getvalue())))
+    # 20000 x 20000 is over the 100 MP pixel limit: refused from the header, nothing decoded.
+    url = origin.image(path(), _png_declaring(20000, 20000))
+    e = raises(HttpStatusError, internal().load_image(url))
     assert e.status == 413
+
+
+def test_empty_body_is_a_value_error(origin, path):
+    e = raises(ValueError, internal().load_image(origin.image(path(), b"")))
+    assert "Empty response content" in str(e)
+
+
+def test_environment_is_read_as_leniently_as_dynamo(origin, path, monkeypatch):
+    monkeypatch.setenv("DYN_MM_MAX_FILE_SIZE_MB", "lots")     # Dynamo: warn, use 64
+    monkeypatch.setenv("DYN_MM_IMAGE_CACHE_SIZE", "-1")       # Dynamo: cache off
+    loader = ImageLoader(url_policy=Policy(True))
+    assert run(loader.load_image(origin.image(path(), png(4, 4)))).size == (4, 4)
+    monkeypatch.setenv("DYN_MM_ALLOW_INTERNAL", "yes")        # Dynamo: only "1" allows
+    with pytest.raises(UrlValidationError):
+        run(ImageLoader().load_image(origin.image(path(), png(4, 4))))
+    with pytest.raises(ValueError, match="max_bytes"):
+        ImageLoader(max_bytes=-1)
+
+
+def test_messages_leave_out_credentials_and_query(origin, path):
+    port = origin.base.rsplit(":", 1)[1]
+    url = f"http://user:hunter2@127.0.0.1:{port}{path()}?sig=tok3n"
+    with pytest.raises(Exception) as info:
+        run(internal().load_image(url))
+    assert "hunter2" not in str(info.value) and "tok3n" not in str(info.value)
 
 
 def test_uuid_only_image_slots_preserve_batch_alignment(origin, path):

@@ -75,23 +75,19 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its
 /// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey.
 fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
-    let venv = std::env::current_dir()?.join(VENV);
-    let path = format!(
-        "{}:{}",
-        venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    step(
-        "maturin develop -m crates/python/Cargo.toml",
-        Command::new(venv.join("bin/maturin"))
-            .args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
-            .env("VIRTUAL_ENV", &venv)
-            .env("PATH", &path),
-    )?;
+    maturin_develop(false)?;
     let pytest = |extra: &[&str]| {
         let mut cmd = Command::new(python);
-        cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .args(extra);
+        cmd.args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--timeout",
+            "120",
+        ])
+        .args(extra);
         cmd
     };
     step("pytest tests/python", &mut pytest(&["tests/python"]))?;
@@ -101,7 +97,25 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     )
 }
 
-fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+/// Builds crates/python and installs it into target/venv (`--release` for benchmarks).
+pub(crate) fn maturin_develop(release: bool) -> anyhow::Result<()> {
+    let venv = std::env::current_dir()?.join(VENV);
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new(venv.join("bin/maturin"));
+    cmd.args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
+        .env("VIRTUAL_ENV", &venv)
+        .env("PATH", &path);
+    if release {
+        cmd.arg("--release");
+    }
+    step("maturin develop -m crates/python/Cargo.toml", &mut cmd)
+}
+
+pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     println!("==> {name}");
     let status = cmd.status().with_context(|| format!("run {name}"))?;
     if !status.success() {

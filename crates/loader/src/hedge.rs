@@ -130,7 +130,9 @@ impl Hedge {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
                 Some((t + EARN_PER_GET).min(BURST))
             });
-        if n.is_multiple_of(SAMPLES as u64 / 4) {
+        // Also when the warm-up ends, so the first adaptive delay rests on all of its GETs,
+        // not on the first one alone (which waited for the connection too).
+        if n.is_multiple_of(SAMPLES as u64 / 4) || n + 1 == WARM_UP {
             self.recompute();
         }
     }
@@ -215,12 +217,15 @@ mod tests {
     #[test]
     fn the_cap_until_the_warm_up_then_the_adaptive_delay() {
         let h = Hedge::new(HedgeSettings::default());
-        for _ in 0..WARM_UP - 1 {
-            h.observe(Duration::from_millis(1));
+        // The first GET also waited for the connection: it must not set the delay alone.
+        h.observe(Duration::from_millis(200));
+        for _ in 0..WARM_UP - 2 {
+            h.observe(Duration::from_millis(5));
         }
         assert_eq!(h.current_delay(), Duration::from_millis(250));
-        h.observe(Duration::from_millis(1));
-        assert_eq!(h.current_delay(), Duration::from_millis(20));
+        h.observe(Duration::from_millis(5));
+        // 8 x the median of the 16 (5 ms), not 8 x 200 ms clamped to the cap.
+        assert_eq!(h.current_delay(), Duration::from_millis(40));
     }
 
     #[test]

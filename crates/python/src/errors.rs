@@ -17,7 +17,7 @@ fn class_of(err: &Error) -> &'static str {
             | OriginError::RedirectLoop
             | OriginError::BadRedirect => "UrlPolicyError",
             OriginError::Connect(_) => "OriginConnectionError",
-            OriginError::EmptyBody => "UnsupportedImageError",
+            OriginError::EmptyBody => "EmptyBodyError",
             _ => "MmcacheError",
         },
         Error::Decode(e) if e.is_too_large() => "ImageTooLargeError",
@@ -97,12 +97,21 @@ pub(crate) fn load_error(py: Python<'_>, err: &Error, url: &str) -> PyErr {
 }
 
 /// The Python exception for a failed batch: the first failure with an origin status, else the
-/// first URL-policy failure (each naming its URL's host), else a `BatchError` listing all.
+/// first URL-policy failure, else the only failure (each naming its URL's host), else a
+/// `BatchError` listing all.
 pub(crate) fn batch_error(py: Python<'_>, failures: Vec<(usize, Error)>, urls: &[&str]) -> PyErr {
     let pick = failures
         .iter()
         .find(|(_, e)| e.origin_status().is_some())
-        .or_else(|| failures.iter().find(|(_, e)| e.is_policy()));
+        .or_else(|| {
+            failures
+                .iter()
+                .find(|(_, e)| class_of(e) == "UrlPolicyError")
+        })
+        .or(match failures.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        });
     let made = match pick {
         Some((index, err)) => build(py, err, &[urls[*index]]),
         None => build(py, &Error::Batch(failures.into()), urls),

@@ -28,8 +28,8 @@ fn metrics_text() -> String {
     runtime::metrics().render()
 }
 
-/// The session scope of a request from its headers (a mapping or an iterable of pairs; names
-/// in any case, values `str` or `bytes`), by the precedence of docs/configuration.md; `None`
+/// The session scope of a request from its headers (a mapping or an iterable of pairs, as
+/// `str` or `bytes`; names in any case), by the precedence of docs/configuration.md; `None`
 /// when no usable header is present.
 #[pyfunction]
 fn scope_from_headers(headers: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
@@ -40,17 +40,23 @@ fn scope_from_headers(headers: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     };
     let mut collected: Vec<(String, Vec<u8>)> = Vec::new();
     for pair in pairs.try_iter()? {
-        let (name, value): (String, Bound<'_, PyAny>) = pair?.extract()?;
-        let value = if let Ok(text) = value.extract::<String>() {
-            text.into_bytes()
-        } else {
-            value.extract::<Vec<u8>>()?
-        };
-        collected.push((name, value));
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
+        collected.push((text_or_bytes(&name)?.0, text_or_bytes(&value)?.1));
     }
     let scope =
         mmcache_loader::scope_from_pairs(collected.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
     Ok(scope.map(|s| s.as_str().to_owned()))
+}
+
+/// A header name or value given as `str` or `bytes` (ASGI servers give bytes): as text
+/// (names are ASCII; other bytes never match a header we read) and as bytes.
+fn text_or_bytes(obj: &Bound<'_, PyAny>) -> PyResult<(String, Vec<u8>)> {
+    if let Ok(text) = obj.extract::<String>() {
+        let bytes = text.clone().into_bytes();
+        return Ok((text, bytes));
+    }
+    let bytes: Vec<u8> = obj.extract()?;
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), bytes))
 }
 
 #[pymodule]

@@ -1,15 +1,19 @@
 //! `mmcache.Loader`: the Rust loader with awaitable and blocking loads.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mmcache_loader::scope::Scope;
-use mmcache_loader::{Image, LoaderBuilder};
+use mmcache_loader::{Config, Image, Loaded, LoaderBuilder};
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
+use pyo3_async_runtimes::generic::future_into_py;
 
-use crate::{errors, pixels, runtime};
+use crate::runtime::{self, PerProcess};
+use crate::{errors, pixels};
 
 /// Loads image URLs through every cache layer: the decoded-image cache, a load in flight,
 /// the host's disk tier, the shared cache, the origin.
@@ -27,19 +31,30 @@ use crate::{errors, pixels, runtime};
 #[pyclass(frozen, subclass, module = "mmcache._native")]
 pub(crate) struct Loader {
     inner: mmcache_loader::Loader,
+    /// The process that built it: its runtime and connections exist only there.
+    pid: u32,
 }
 
 #[pymethods]
 impl Loader {
-    /// `env=True` reads the environment first (what `Loader.from_env` does).
+    /// `env=True` reads the environment first (what `Loader.from_env` does); `environ`, a
+    /// mapping, is read instead of the process environment.
     #[new]
-    #[pyo3(signature = (*, env=false, **settings))]
-    fn new(py: Python<'_>, env: bool, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let builder = if env {
-            LoaderBuilder::from_env().map_err(|e| errors::config_error(py, &e))?
-        } else {
-            mmcache_loader::Loader::builder()
-        };
+    #[pyo3(signature = (*, env=false, environ=None, **settings))]
+    fn new(
+        py: Python<'_>,
+        env: bool,
+        environ: Option<HashMap<String, String>>,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let builder = match (env, environ) {
+            (_, Some(vars)) => {
+                Config::from_lookup(|name| vars.get(name).cloned()).map(LoaderBuilder::from_config)
+            }
+            (true, None) => LoaderBuilder::from_env(),
+            (false, None) => Ok(mmcache_loader::Loader::builder()),
+        }
+        .map_err(|e| errors::config_error(py, &e))?;
         Self::build(py, builder, settings)
     }
 
@@ -53,13 +68,13 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (loader, scope) = (self.inner.clone(), scope_of(scope));
-        runtime::get()?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let loaded = loader.load_detailed(&url, scope.as_ref()).await;
-            Python::attach(|py| match loaded {
-                Ok(l) => pixels::to_array(py, l.image),
-                Err(e) => Err(errors::load_error(py, &e, &url)),
+        let (loader, scope) = (self.start()?, scope_of(scope));
+        future_into_py::<PerProcess, _, _>(py, async move {
+            let result = loader.load_detailed(&url, scope.as_ref()).await;
+            Ok(One {
+                result,
+                url,
+                with_source: false,
             })
         })
     }
@@ -73,15 +88,13 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (loader, scope) = (self.inner.clone(), scope_of(scope));
-        runtime::get()?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let loaded = loader.load_detailed(&url, scope.as_ref()).await;
-            Python::attach(|py| match loaded {
-                Ok(l) => Ok((pixels::to_array(py, l.image)?, l.source.as_str())
-                    .into_pyobject(py)?
-                    .unbind()),
-                Err(e) => Err(errors::load_error(py, &e, &url)),
+        let (loader, scope) = (self.start()?, scope_of(scope));
+        future_into_py::<PerProcess, _, _>(py, async move {
+            let result = loader.load_detailed(&url, scope.as_ref()).await;
+            Ok(One {
+                result,
+                url,
+                with_source: true,
             })
         })
     }
@@ -89,19 +102,28 @@ impl Loader {
     /// The blocking form of `load`, for threads without an event loop. The GIL is released
     /// while it waits.
     #[pyo3(signature = (url, scope=None))]
-    fn load_sync(&self, py: Python<'_>, url: &str, scope: Option<&str>) -> PyResult<Py<PyAny>> {
+    fn load_sync<'py>(
+        &self,
+        py: Python<'py>,
+        url: String,
+        scope: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let loader = self.start()?;
         let rt = runtime::get()?;
         let scope = scope_of(scope);
-        let loaded = py.detach(|| rt.block_on(self.inner.load(url, scope.as_ref())));
-        match loaded {
-            Ok(image) => pixels::to_array(py, image),
-            Err(e) => Err(errors::load_error(py, &e, url)),
+        let result = py.detach(|| rt.block_on(loader.load_detailed(&url, scope.as_ref())));
+        One {
+            result,
+            url,
+            with_source: false,
         }
+        .into_pyobject(py)
     }
 
     /// `await loader.load_batch(urls, scope=None)`: arrays in order, loaded concurrently.
     /// A failure raises the first error with an origin status, else the first URL-policy
-    /// error, else a `BatchError` whose `failures` lists `(index, error)`.
+    /// error, else (one failure) that error, else a `BatchError` whose `failures` lists
+    /// `(index, error)`.
     #[pyo3(signature = (urls, scope=None))]
     fn load_batch<'py>(
         &self,
@@ -109,26 +131,26 @@ impl Loader {
         urls: Vec<String>,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (loader, scope) = (self.inner.clone(), scope_of(scope));
-        runtime::get()?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let (loader, scope) = (self.start()?, scope_of(scope));
+        future_into_py::<PerProcess, _, _>(py, async move {
             let results = loader.load_batch_each(&urls, scope.as_ref()).await;
-            Python::attach(|py| batch_arrays(py, results, &urls))
+            Ok(Batch { results, urls })
         })
     }
 
     /// The blocking form of `load_batch`.
     #[pyo3(signature = (urls, scope=None))]
-    fn load_batch_sync(
+    fn load_batch_sync<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         urls: Vec<String>,
         scope: Option<&str>,
-    ) -> PyResult<Vec<Py<PyAny>>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let loader = self.start()?;
         let rt = runtime::get()?;
         let scope = scope_of(scope);
-        let results = py.detach(|| rt.block_on(self.inner.load_batch_each(&urls, scope.as_ref())));
-        batch_arrays(py, results, &urls)
+        let results = py.detach(|| rt.block_on(loader.load_batch_each(&urls, scope.as_ref())));
+        Batch { results, urls }.into_pyobject(py)
     }
 
     /// Number of images in the decoded-image cache.
@@ -150,11 +172,21 @@ impl Loader {
     }
 
     /// Waits up to `timeout_secs` for queued shared-cache writes; returns whether all landed.
+    /// Blocks (without the GIL): from a coroutine, `await loader.flush_async()`.
     #[pyo3(signature = (timeout_secs=5.0))]
     fn flush(&self, py: Python<'_>, timeout_secs: f64) -> PyResult<bool> {
+        let loader = self.start()?;
         let rt = runtime::get()?;
         let deadline = secs("timeout_secs", timeout_secs)?;
-        Ok(py.detach(|| rt.block_on(self.inner.shutdown(deadline))))
+        Ok(py.detach(|| rt.block_on(loader.shutdown(deadline))))
+    }
+
+    /// `await loader.flush_async(timeout_secs=5.0)`: `flush` for coroutines.
+    #[pyo3(signature = (timeout_secs=5.0))]
+    fn flush_async<'py>(&self, py: Python<'py>, timeout_secs: f64) -> PyResult<Bound<'py, PyAny>> {
+        let loader = self.start()?;
+        let deadline = secs("timeout_secs", timeout_secs)?;
+        future_into_py::<PerProcess, _, _>(py, async move { Ok(loader.shutdown(deadline).await) })
     }
 
     fn __repr__(&self) -> String {
@@ -162,7 +194,74 @@ impl Loader {
     }
 }
 
+/// One load's outcome, made into Python objects by pyo3-async-runtimes on a blocking thread
+/// that holds the GIL (never on a runtime worker, whose other tasks must keep running).
+struct One {
+    result: mmcache_loader::Result<Loaded>,
+    url: String,
+    with_source: bool,
+}
+
+impl<'py> IntoPyObject<'py> for One {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self.result {
+            Ok(loaded) => {
+                let array = pixels::to_array(py, loaded.image)?;
+                if self.with_source {
+                    (array, loaded.source.as_str()).into_bound_py_any(py)
+                } else {
+                    Ok(array)
+                }
+            }
+            Err(e) => Err(errors::load_error(py, &e, &self.url)),
+        }
+    }
+}
+
+/// A batch's outcomes (see [`One`]).
+struct Batch {
+    results: Vec<mmcache_loader::Result<Loaded>>,
+    urls: Vec<String>,
+}
+
+impl<'py> IntoPyObject<'py> for Batch {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let mut images: Vec<Arc<Image>> = Vec::with_capacity(self.results.len());
+        let mut failures = Vec::new();
+        for (i, r) in self.results.into_iter().enumerate() {
+            match r {
+                Ok(l) => images.push(l.image),
+                Err(e) => failures.push((i, e)),
+            }
+        }
+        if !failures.is_empty() {
+            let urls: Vec<&str> = self.urls.iter().map(String::as_str).collect();
+            return Err(errors::batch_error(py, failures, &urls));
+        }
+        let arrays = images
+            .into_iter()
+            .map(|i| pixels::to_array(py, i))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, arrays).map(Bound::into_any)
+    }
+}
+
 impl Loader {
+    /// The loader, after checking it runs in the process that built it.
+    fn start(&self) -> PyResult<mmcache_loader::Loader> {
+        runtime::check_owner(self.pid)?;
+        runtime::get()?;
+        Ok(self.inner.clone())
+    }
+
     fn build(
         py: Python<'_>,
         mut builder: LoaderBuilder,
@@ -180,36 +279,16 @@ impl Loader {
         let rt = runtime::get()?;
         let _entered = rt.enter();
         let inner = builder.build().map_err(|e| errors::config_error(py, &e))?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            pid: std::process::id(),
+        })
     }
 }
 
 /// A blank scope is no scope, as in Dynamo.
 fn scope_of(raw: Option<&str>) -> Option<Scope> {
     raw.and_then(Scope::new)
-}
-
-fn batch_arrays(
-    py: Python<'_>,
-    results: Vec<mmcache_loader::Result<mmcache_loader::Loaded>>,
-    urls: &[String],
-) -> PyResult<Vec<Py<PyAny>>> {
-    let mut images: Vec<Arc<Image>> = Vec::with_capacity(results.len());
-    let mut failures = Vec::new();
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(l) => images.push(l.image),
-            Err(e) => failures.push((i, e)),
-        }
-    }
-    if !failures.is_empty() {
-        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        return Err(errors::batch_error(py, failures, &urls));
-    }
-    images
-        .into_iter()
-        .map(|i| pixels::to_array(py, i))
-        .collect()
 }
 
 /// A duration setting in seconds: finite and not negative (upper bounds: the builder's).

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use mmcache_loader::Image;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -60,11 +61,23 @@ impl Pixels {
 }
 
 /// A read-only `numpy.ndarray` (H, W, 3) uint8 viewing `image`'s pixels.
-pub(crate) fn to_array(py: Python<'_>, image: Arc<Image>) -> PyResult<Py<PyAny>> {
+pub(crate) fn to_array(py: Python<'_>, image: Arc<Image>) -> PyResult<Bound<'_, PyAny>> {
     static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    // numpy reads exactly H x W x 3 bytes from the address: never hand it a shorter buffer.
+    let expected = (image.width() as usize)
+        .checked_mul(image.height() as usize)
+        .and_then(|n| n.checked_mul(3));
+    if expected != Some(image.pixels().len()) {
+        return Err(PyRuntimeError::new_err(format!(
+            "mmcache internal error: a {}x{} image has {} pixel bytes",
+            image.width(),
+            image.height(),
+            image.pixels().len()
+        )));
+    }
     let asarray = ASARRAY.get_or_try_init(py, || {
         py.import("numpy")?.getattr("asarray").map(Bound::unbind)
     })?;
     let owner = Bound::new(py, Pixels { image })?;
-    Ok(asarray.bind(py).call1((owner,))?.unbind())
+    asarray.bind(py).call1((owner,))
 }

@@ -24,6 +24,7 @@ from .errors import (
     BodyTooLargeError,
     ConfigError,
     DecodeBusyError,
+    EmptyBodyError,
     ImageTooLargeError,
     InvalidDataUrlError,
     MmcacheError,
@@ -40,6 +41,7 @@ __all__ = [
     "BodyTooLargeError",
     "ConfigError",
     "DecodeBusyError",
+    "EmptyBodyError",
     "ImageTooLargeError",
     "InvalidDataUrlError",
     "Loader",
@@ -78,6 +80,9 @@ class Loader(_native.Loader):
     decoded pixels without a copy (a cache hit shares the cached pixels). Failures raise a
     :class:`MmcacheError` subclass with ``http_status``. Cancelling an awaiting task never
     cancels the load other callers wait for; the load still fills the caches.
+
+    A loader belongs to the process that built it: after ``fork`` build a new one in the child
+    (a loader from the parent raises ``RuntimeError`` there).
     """
 
     @classmethod
@@ -97,6 +102,10 @@ class Loader(_native.Loader):
 
     async def load_batch(self, urls: list[str], scope: str | None = None) -> list[numpy.ndarray]:
         """Every URL, loaded concurrently, in order. A failure raises the first error with an
-        origin status, else the first URL-policy error, else a :class:`BatchError` listing
-        ``(index, error)`` for each."""
+        origin status, else the first URL-policy error, else the only error, else a
+        :class:`BatchError` listing ``(index, error)`` for each."""
         return await super().load_batch(urls, scope)
+
+    async def flush_async(self, timeout_secs: float = 5.0) -> bool:
+        """Waits up to ``timeout_secs`` for queued shared-cache writes; whether all landed."""
+        return await super().flush_async(timeout_secs)

@@ -11,10 +11,11 @@ a fleet can mix both. Inside Dynamo the exceptions are Dynamo's own classes
 defines classes of the same names and attributes. Every raised exception also carries
 ``http_status``.
 
-Differences, all deliberate: a memory hit returns a new ``PIL.Image`` over the cached pixels
-(Dynamo returns one shared, mutable object); decoding, caching and HTTP run in Rust without
-the GIL; the local cache is bounded in bytes as well as in entries; a shared-cache write
-never holds a load past the hedge budget; ``enable_frontend_decoding=True`` (NIXL) is refused;
+Differences, all deliberate (listed in crates/python/README.md): a memory hit returns a new
+``PIL.Image`` over the cached pixels (Dynamo returns one shared, mutable object); decoding,
+caching and HTTP run in Rust without the GIL; the local cache is bounded in bytes as well as
+in entries; a shared-cache write never holds a load past the hedge budget; images over the
+pixel limit are 413; ``enable_frontend_decoding=True`` (NIXL) is refused;
 ``shared_image_cache_stats`` is ``None``: the shared-cache histograms are in
 ``mmcache.metrics_text()`` under Dynamo's names.
 """
@@ -76,10 +77,38 @@ except Exception:  # Dynamo is absent (or only partly importable): classes of th
 
 
 def _describe(url: str) -> str:
-    """A URL for messages; a data URL's payload is left out."""
+    """A URL for messages and logs, without what may be secret: a data URL's payload, the
+    user and password, the query (signed URLs carry tokens there) and the fragment. The full
+    URL stays in ``HttpStatusError.url``, as in Dynamo."""
     if url[:5].lower() == "data:":
         return f"data URL ({len(url)} characters)"
-    return repr(url[:256])
+    try:
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+        shown = f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+    except ValueError:
+        shown = "unparsable URL"
+    return repr(shown[:256])
+
+
+def _dynamo_environ() -> dict[str, str]:
+    """The process environment, read the way Dynamo reads it where Dynamo is more lenient than
+    mmcache's strict parsing: a bad ``DYN_MM_MAX_FILE_SIZE_MB`` warns and uses the default,
+    ``DYN_MM_ALLOW_INTERNAL`` is on only for ``1``, and ``DYN_MM_IMAGE_CACHE_SIZE`` is the
+    ``cache_size`` argument's default (a value of 0 or less turns the cache off)."""
+    env = dict(os.environ)
+    raw = env.get("DYN_MM_MAX_FILE_SIZE_MB")
+    if raw is not None and raw.strip():
+        try:
+            ok = int(raw) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            logger.warning("Ignoring invalid DYN_MM_MAX_FILE_SIZE_MB=%r; using 64 MB", raw)
+            del env["DYN_MM_MAX_FILE_SIZE_MB"]
+    env["DYN_MM_ALLOW_INTERNAL"] = "1" if env.get("DYN_MM_ALLOW_INTERNAL") == "1" else "0"
+    env.pop("DYN_MM_IMAGE_CACHE_SIZE", None)
+    return env
 
 
 def image_cache_scope_from_request(request: Mapping[str, Any]) -> str | None:
@@ -148,11 +177,13 @@ class ImageLoader:
                 )
             settings["allow_internal"] = allow_http
         if max_bytes is not None:
+            if int(max_bytes) <= 0:
+                raise ValueError(f"max_bytes must be positive, got {max_bytes!r}")
             settings["max_file_size_bytes"] = int(max_bytes)
         if session_scoped_cache is not None:
             settings["session_scoped"] = bool(session_scoped_cache)
         try:
-            self._loader = Loader.from_env(**settings)
+            self._loader = Loader(environ=_dynamo_environ(), **settings)
         except _errors.ConfigError as exc:
             raise ValueError(str(exc)) from None
 
@@ -183,7 +214,10 @@ class ImageLoader:
         try:
             pixels = await self._loader.load(image_url, cache_scope)
         except _errors.MmcacheError as exc:
-            raise self._translate(exc, image_url) from exc
+            out = self._translate(exc, image_url)
+            if out is exc:
+                raise
+            raise out from exc
         height, width, _ = pixels.shape
         # Pillow keeps RGB as 4 bytes a pixel, so this is the one copy: no RGB view exists.
         return Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1)
@@ -270,6 +304,10 @@ class ImageLoader:
             out = HttpStatusError(415, "Unsupported Media Type", url)
         elif isinstance(exc, (_errors.UrlPolicyError, _errors.BodyTooLargeError)):
             out = UrlValidationError(str(exc))
+        elif isinstance(exc, _errors.EmptyBodyError):
+            out = ValueError(
+                f"Failed to load image: {_describe(url)}: Empty response content from image URL"
+            )
         elif isinstance(exc, _errors.InvalidDataUrlError):
             reason = {
                 "not_image": "Data URL must be an image type",
@@ -279,6 +317,10 @@ class ImageLoader:
             out = ValueError(f"Failed to decoding image: {_describe(url)}: {reason}")
         elif isinstance(exc, (_errors.ImageTooLargeError, _errors.DecodeBusyError)):
             out = HttpStatusError(status, str(exc), url)
+        elif status >= 500:
+            # A fault of this worker, not of the request: Dynamo lets such exceptions through
+            # unchanged (a ValueError would reach the client as a 4xx).
+            out = exc
         else:
             out = ValueError(f"Failed to load image: {_describe(url)}: {exc}")
         logger.error("%s loading image: %s: %s", type(out).__name__, _describe(url), exc)

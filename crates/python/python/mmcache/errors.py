@@ -55,6 +55,10 @@ class UnsupportedImageError(MmcacheError, ValueError):
     """The bytes are not a supported image (JPEG, PNG, WebP, GIF), or are corrupt: 415."""
 
 
+class EmptyBodyError(MmcacheError, ValueError):
+    """The origin answered with an empty body: 400."""
+
+
 class InvalidDataUrlError(MmcacheError, ValueError):
     """A malformed ``data:`` URL: 400 (415 when its media type is not an image).
 

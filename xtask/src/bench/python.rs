@@ -1,0 +1,59 @@
+//! `cargo xtask bench --scenario python`: the Python drop-in (`mmcache.dynamo.ImageLoader`,
+//! release build) against Dynamo's own `ImageLoader` from the ai-dynamo wheel, by
+//! crates/python/bench/dynamo_compare.py. Its table goes to `python.md`, its figures to
+//! `python.json`; it adds no row to the Rust table (other columns, other baselines).
+
+use std::process::Command;
+
+use anyhow::Context;
+
+use super::{Opts, Row};
+use crate::gate;
+
+/// The wheel whose `ImageLoader` is the baseline, and the packages its image path imports.
+/// `--no-deps`: the wheel's own dependencies (its compiled runtime, torch) are not needed.
+const DYNAMO: &str = "ai-dynamo==1.6.1";
+const DYNAMO_IMPORTS: [&str; 2] = ["httpx==0.28.1", "aiohttp==3.14.5"];
+
+pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
+    let python = gate::python_venv()?;
+    let pip = |args: &[&str]| {
+        let mut cmd = Command::new(&python);
+        cmd.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(args);
+        cmd
+    };
+    gate::step(
+        &format!("pip install --no-deps {DYNAMO}"),
+        &mut pip(&["--no-deps", DYNAMO]),
+    )?;
+    gate::step("pip install httpx aiohttp", &mut pip(&DYNAMO_IMPORTS))?;
+    gate::maturin_develop(true)?;
+    let json = o.out.join("python.json");
+    let mut cmd = Command::new(&python);
+    cmd.arg("crates/python/bench/dynamo_compare.py")
+        .arg("--out")
+        .arg(&json);
+    if o.quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("run crates/python/bench/dynamo_compare.py")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "dynamo_compare.py failed ({})",
+        out.status
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    std::fs::write(o.out.join("python.md"), table.as_bytes())?;
+    Ok(Vec::new())
+}
