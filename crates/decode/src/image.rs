@@ -373,6 +373,20 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes)?,
         _ => decode_with_image(bytes, probe)?,
     };
+    // The size comes from the probe; a decoder that read other dimensions (a second SOF, a
+    // GIF frame larger than its screen) must not yield an image whose pixels do not match it.
+    if Some(pixels.len() as u64) != u64::from(probe.width).checked_mul(u64::from(probe.height) * 3)
+    {
+        return Err(Error::Invalid {
+            format: format.as_str(),
+            reason: format!(
+                "decoded {} bytes for {}x{} pixels",
+                pixels.len(),
+                probe.width,
+                probe.height
+            ),
+        });
+    }
     Ok(DecodedImage {
         width: probe.width,
         height: probe.height,
