@@ -397,7 +397,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// target/venv), by running this command again with the harness pointed at it.
 fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
     crate::gate::ensure_prerequisites()?;
-    let python = crate::gate::python_venv()?;
+    let python = crate::gate::python_venv(crate::gate::VENV)?;
     let valkey = crate::gate::valkey_server(&python)?;
     println!("==> chaos on Valkey ({valkey})");
     let mut cmd = std::process::Command::new(std::env::current_exe()?);

@@ -18,14 +18,14 @@ const PREREQUISITES: [(&str, &str); 4] = [
 ];
 
 /// The virtual environment holding the Python packages of tests/requirements.txt.
-const VENV: &str = "target/venv";
+pub(crate) const VENV: &str = "target/venv";
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if let Some(a) = args.first() {
         bail!("`cargo xtask test` takes no arguments (got `{a}`)");
     }
     ensure_prerequisites()?;
-    let python = python_venv()?;
+    let python = python_venv(VENV)?;
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
@@ -75,7 +75,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its
 /// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey.
 fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
-    maturin_develop(false)?;
+    maturin_develop(VENV, false)?;
     let pytest = |extra: &[&str]| {
         let mut cmd = Command::new(python);
         cmd.args([
@@ -97,9 +97,9 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     )
 }
 
-/// Builds crates/python and installs it into target/venv (`--release` for benchmarks).
-pub(crate) fn maturin_develop(release: bool) -> anyhow::Result<()> {
-    let venv = std::env::current_dir()?.join(VENV);
+/// Builds crates/python and installs it into the venv `venv` (`--release` for benchmarks).
+pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
+    let venv = std::env::current_dir()?.join(venv);
     let path = format!(
         "{}:{}",
         venv.join("bin").display(),
@@ -148,14 +148,14 @@ pub(crate) fn valkey_server(python: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// Creates target/venv when missing and installs tests/requirements.txt into it (pip skips
-/// what is already there). Returns the venv's interpreter, for the Pillow parity test.
-pub(crate) fn python_venv() -> anyhow::Result<String> {
-    let python = format!("{VENV}/bin/python");
+/// Creates the virtual environment `venv` when missing and installs tests/requirements.txt
+/// into it (pip skips what is already there). Returns the venv's interpreter.
+pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
+    let python = format!("{venv}/bin/python");
     if !std::path::Path::new(&python).exists() {
         step(
             "python venv",
-            Command::new("python3").args(["-m", "venv", VENV]),
+            Command::new("python3").args(["-m", "venv", venv]),
         )?;
     }
     step(

@@ -1,7 +1,8 @@
 //! `cargo xtask bench --scenario python`: the Python drop-in (`mmcache.dynamo.ImageLoader`,
 //! release build) against Dynamo's own `ImageLoader` from the ai-dynamo wheel, by
 //! crates/python/bench/dynamo_compare.py. Its table goes to `python.md`, its figures to
-//! `python.json`; it adds no row to the Rust table (other columns, other baselines).
+//! `python.json`; it adds no row to the Rust table (other columns, other baselines). It runs
+//! in target/venv-bench, built on first use.
 
 use std::process::Command;
 
@@ -14,9 +15,12 @@ use crate::gate;
 /// `--no-deps`: the wheel's own dependencies (its compiled runtime, torch) are not needed.
 const DYNAMO: &str = "ai-dynamo==1.6.1";
 const DYNAMO_IMPORTS: [&str; 2] = ["httpx==0.28.1", "aiohttp==3.14.5"];
+/// A venv of its own: with Dynamo installed, `mmcache.dynamo` would raise Dynamo's exception
+/// classes, and the tests in target/venv must keep testing its own.
+const BENCH_VENV: &str = "target/venv-bench";
 
 pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
-    let python = gate::python_venv()?;
+    let python = gate::python_venv(BENCH_VENV)?;
     let pip = |args: &[&str]| {
         let mut cmd = Command::new(&python);
         cmd.args([
@@ -34,7 +38,7 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
         &mut pip(&["--no-deps", DYNAMO]),
     )?;
     gate::step("pip install httpx aiohttp", &mut pip(&DYNAMO_IMPORTS))?;
-    gate::maturin_develop(true)?;
+    gate::maturin_develop(BENCH_VENV, true)?;
     let json = o.out.join("python.json");
     let mut cmd = Command::new(&python);
     cmd.arg("crates/python/bench/dynamo_compare.py")
