@@ -190,8 +190,10 @@ class Cluster:
             if proc.poll() is not None:
                 raise RuntimeError(f"redis-server on port {port} exited ({proc.returncode})")
             try:
-                node.ping()
-                return node
+                # Our server, not one that held the port first.
+                if node.info("server")["process_id"] == proc.pid:
+                    return node
+                raise RuntimeError(f"port {port} is served by another process")
             except redis.ConnectionError:
                 time.sleep(0.05)
         raise RuntimeError(f"cache node on port {port} did not answer in 10 s")

@@ -206,12 +206,21 @@ def test_environment_is_read_as_leniently_as_dynamo(origin, path, monkeypatch):
         ImageLoader(max_bytes=-1)
 
 
-def test_messages_leave_out_credentials_and_query(origin, path):
+def test_messages_leave_out_credentials_and_query(origin, path, caplog):
     port = origin.base.rsplit(":", 1)[1]
+    # Refused by the policy (credentials in the URL): never echoed.
     url = f"http://user:hunter2@127.0.0.1:{port}{path()}?sig=tok3n"
-    with pytest.raises(Exception) as info:
+    with pytest.raises(UrlValidationError) as info:
         run(internal().load_image(url))
     assert "hunter2" not in str(info.value) and "tok3n" not in str(info.value)
+    # A 404 with a signed query: message and log show scheme, host and path only.
+    p = path()
+    url = f"{origin.base}{p}?sig=tok3n#frag"
+    with caplog.at_level("ERROR", logger="mmcache.dynamo"):
+        e = raises(HttpStatusError, internal().load_image(url))
+    assert e.status == 404 and e.url == url  # the attribute keeps it, as Dynamo's
+    assert p in str(e) and "tok3n" not in str(e) and "frag" not in str(e)
+    assert p in caplog.text and "tok3n" not in caplog.text
 
 
 def test_uuid_only_image_slots_preserve_batch_alignment(origin, path):

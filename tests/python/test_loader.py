@@ -361,14 +361,19 @@ def test_empty_body_and_single_batch_failures(origin, path):
         timeout_loader.load_batch_sync([origin.image(path(), png(4, 4)), slow])
 
 
-def test_flush_async(origin, path):
-    loader = mmcache.Loader(allow_internal=True)
+def test_flush_async_waits_for_the_write(origin, path, shared_env, monkeypatch):
+    # Write-behind: the load returns before its SET; flush_async waits for it.
+    monkeypatch.setenv("MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND", "1")
+    data = png(4, 4, seed=21)
+    url = origin.image(path(), data)
+    loader = mmcache.Loader.from_env()
 
     async def run():
-        await loader.load(origin.image(path(), png(4, 4)))
-        return await loader.flush_async(1.0)
+        await loader.load(url)
+        return await loader.flush_async(5.0)
 
     assert asyncio.run(run()) is True
+    assert shared_env.client.get(shared_key(url)) == data
 
 
 def test_scope_from_headers_follows_the_precedence():
@@ -458,3 +463,30 @@ def test_a_forked_child_can_build_and_use_its_own_loader(origin, path):
             proc.kill()
             proc.join(5)
     assert q.get(timeout=5) == pixels_of(data)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is tested on Linux")
+def test_a_parent_loader_dropped_in_a_child_leaves_the_parent_working(origin, path):
+    import gc
+    import multiprocessing as mp
+    urls = [origin.image(path(), png(4, 4, seed=i)) for i in range(3)]
+    holder = [mmcache.Loader(allow_internal=True)]
+    holder[0].load_sync(urls[0])  # a pooled keep-alive connection, registered with epoll
+    ctx = mp.get_context("fork")
+
+    def child():
+        holder.clear()  # drop the parent's loader here
+        gc.collect()
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    try:
+        proc.join(20)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    # The parent's sockets are still registered and its runtime still serves them.
+    for url in urls:
+        assert holder[0].load_sync(url).shape == (4, 4, 3)

@@ -86,6 +86,8 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
             "no:cacheprovider",
             "--timeout",
             "120",
+            "--timeout-method",
+            "thread",
         ])
         .args(extra);
         cmd

@@ -115,7 +115,7 @@ impl Hedge {
 
     /// The longest a load waits for its SET: the same budget as a GET.
     pub(crate) fn set_wait(&self) -> Duration {
-        self.delay()
+        self.current_delay()
     }
 
     /// Records a GET that answered (hit, miss or error reply) after `latency`, earns hedge

@@ -40,7 +40,14 @@ fn scope_from_headers(headers: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     };
     let mut collected: Vec<(String, Vec<u8>)> = Vec::new();
     for pair in pairs.try_iter()? {
-        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
+        // A 2-tuple or a 2-item list (ASGI allows both).
+        let pair = pair?;
+        if pair.len()? != 2 {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "headers must be (name, value) pairs",
+            ));
+        }
+        let (name, value) = (pair.get_item(0)?, pair.get_item(1)?);
         collected.push((text_or_bytes(&name)?.0, text_or_bytes(&value)?.1));
     }
     let scope =

@@ -30,15 +30,29 @@ use crate::{errors, pixels};
 /// `origin_connect_timeout_secs`.
 #[pyclass(frozen, subclass, module = "mmcache._native")]
 pub(crate) struct Loader {
-    inner: mmcache_loader::Loader,
+    /// Always `Some` until dropped (see the `Drop` impl).
+    inner: Option<mmcache_loader::Loader>,
     /// The process that built it: its runtime and connections exist only there.
     pid: u32,
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take()
+            && self.pid != std::process::id()
+        {
+            // In a forked child the loader's tasks, sockets and locks belong to the parent's
+            // runtime, which has no threads here: dropping them could block on a lock held
+            // at fork time or deregister the parent's sockets from a shared epoll. Leak.
+            std::mem::forget(inner);
+        }
+    }
 }
 
 #[pymethods]
 impl Loader {
     /// `env=True` reads the environment first (what `Loader.from_env` does); `environ`, a
-    /// mapping, is read instead of the process environment.
+    /// `dict` of variables, is read instead of the process environment.
     #[new]
     #[pyo3(signature = (*, env=false, environ=None, **settings))]
     fn new(
@@ -156,19 +170,19 @@ impl Loader {
     /// Number of images in the decoded-image cache.
     #[getter]
     fn cache_entries(&self) -> usize {
-        self.inner.decoded_cache().stats().entries
+        self.loader().decoded_cache().stats().entries
     }
 
     /// Whether caches are partitioned by session scope.
     #[getter]
     fn session_scoped(&self) -> bool {
-        self.inner.config().session_scoped
+        self.loader().config().session_scoped
     }
 
     /// Whether the shared cache is configured.
     #[getter]
     fn shared_cache_enabled(&self) -> bool {
-        self.inner.shared_cache().is_some()
+        self.loader().shared_cache().is_some()
     }
 
     /// Waits up to `timeout_secs` for queued shared-cache writes; returns whether all landed.
@@ -190,7 +204,7 @@ impl Loader {
     }
 
     fn __repr__(&self) -> String {
-        format!("<mmcache.Loader {:?}>", self.inner.config())
+        format!("<mmcache.Loader {:?}>", self.loader().config())
     }
 }
 
@@ -255,11 +269,17 @@ impl<'py> IntoPyObject<'py> for Batch {
 }
 
 impl Loader {
+    fn loader(&self) -> &mmcache_loader::Loader {
+        self.inner
+            .as_ref()
+            .expect("a loader is present until dropped")
+    }
+
     /// The loader, after checking it runs in the process that built it.
     fn start(&self) -> PyResult<mmcache_loader::Loader> {
         runtime::check_owner(self.pid)?;
         runtime::get()?;
-        Ok(self.inner.clone())
+        Ok(self.loader().clone())
     }
 
     fn build(
@@ -280,7 +300,7 @@ impl Loader {
         let _entered = rt.enter();
         let inner = builder.build().map_err(|e| errors::config_error(py, &e))?;
         Ok(Self {
-            inner,
+            inner: Some(inner),
             pid: std::process::id(),
         })
     }

@@ -77,8 +77,9 @@ pub(crate) fn get() -> PyResult<&'static tokio::runtime::Runtime> {
             });
             Ok(&started.runtime)
         }
-        // Another thread started this process's runtime first: use that one (ours stays
-        // leaked, idle; this race happens at most once per process).
+        // Another thread published first: use that one (ours stays leaked, idle). Not reached
+        // today: runtimes are only started with the GIL held, and the module is abi3, so it
+        // never runs on a free-threaded interpreter.
         Err(_) => get(),
     }
 }

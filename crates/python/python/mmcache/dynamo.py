@@ -96,14 +96,24 @@ def _dynamo_environ() -> dict[str, str]:
     mmcache's strict parsing: a bad ``DYN_MM_MAX_FILE_SIZE_MB`` warns and uses the default,
     ``DYN_MM_ALLOW_INTERNAL`` is on only for ``1``, and ``DYN_MM_IMAGE_CACHE_SIZE`` is the
     ``cache_size`` argument's default (a value of 0 or less turns the cache off)."""
-    env = dict(os.environ)
+    env = {}
+    for name, value in os.environ.items():
+        if not name.startswith(("DYN_MM_", "MMCACHE_")):
+            continue  # only what mmcache reads: other variables may not even be valid UTF-8
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            continue
+        env[name] = value
     raw = env.get("DYN_MM_MAX_FILE_SIZE_MB")
     if raw is not None and raw.strip():
         try:
-            ok = int(raw) > 0
+            mib = int(raw)  # Python's int(): " 64 ", "+64" and "6_4" are all 64, as in Dynamo
         except ValueError:
-            ok = False
-        if not ok:
+            mib = 0
+        if mib > 0:
+            env["DYN_MM_MAX_FILE_SIZE_MB"] = str(min(mib, 1 << 40))
+        else:
             logger.warning("Ignoring invalid DYN_MM_MAX_FILE_SIZE_MB=%r; using 64 MB", raw)
             del env["DYN_MM_MAX_FILE_SIZE_MB"]
     env["DYN_MM_ALLOW_INTERNAL"] = "1" if env.get("DYN_MM_ALLOW_INTERNAL") == "1" else "0"
