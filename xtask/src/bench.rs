@@ -2,7 +2,6 @@
 //! and HTTP origin, each reported as a ratio against a baseline measured in the same run.
 //! Runs in release mode (it re-executes itself with `--release` when built for debug).
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,16 +13,18 @@ use bytes::Bytes;
 use mmcache_loader::decode::{DecodeLimits, decode};
 use mmcache_loader::scope::CacheIdentity;
 use mmcache_loader::shared_cache::{WriteBehindConfig, entry_key};
-use mmcache_loader::{LeaseSettings, Loader, LoaderBuilder, Source};
+use mmcache_loader::{Loader, LoaderBuilder, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
-use crate::common::{self, Plan, ms, percentile};
+use crate::common::{self, ms, percentile};
 
+mod fleet;
 mod local;
 mod outage;
 mod python;
+mod report;
 
 const SCENARIOS: [&str; 12] = [
     "decode",
@@ -258,12 +259,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "miss" => rt.block_on(miss(&o, &cluster, &origin))?,
             "outage-refused" => rt.block_on(outage::outage_refused(&o, &origin))?,
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
-            "stampede" => rt.block_on(stampede(&o, &cluster, &origin))?,
+            "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
-            _ => rt.block_on(zipf(&o, &cluster))?,
+            _ => rt.block_on(fleet::zipf(&o, &cluster))?,
         };
         for r in &new_rows {
-            println!("    {}", row_line(r));
+            println!("    {}", report::row_line(r));
         }
         rows.extend(new_rows);
     }
@@ -272,12 +273,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         println!("outputs in {}", o.out.display());
         return Ok(());
     }
-    let table = table(&rows, &o);
+    let table = report::table(&rows, &o);
     println!("\n{table}");
     std::fs::write(o.out.join("results.md"), &table)?;
     std::fs::write(
         o.out.join("results.json"),
-        serde_json::to_string_pretty(&json(&rows, &o))?,
+        serde_json::to_string_pretty(&report::json(&rows, &o))?,
     )?;
     let bars: Vec<(String, f64)> = rows
         .iter()
@@ -625,201 +626,4 @@ async fn raw_round_trips(
     }
     let n = n as f64;
     Ok((get.as_secs_f64() / n, set.as_secs_f64() / n))
-}
-
-async fn stampede(
-    o: &Opts,
-    cluster: &RedisCluster,
-    origin: &TestOrigin,
-) -> anyhow::Result<Vec<Row>> {
-    let urls_n = if o.quick { 10 } else { 30 };
-    let mut rows = Vec::new();
-    for lease in [false, true] {
-        let body = Arc::new(images::jpeg(192, 144, 6));
-        let prefix = format!("stampede-{lease}");
-        let urls: Vec<String> = (0..urls_n)
-            .map(|i| {
-                let path = format!("/{prefix}/{i}");
-                let route = Route::Body {
-                    status: 200,
-                    content_type: "image/jpeg".into(),
-                    body: body.clone(),
-                };
-                origin.set(
-                    &path,
-                    Route::Delay(Duration::from_millis(50), Box::new(route)),
-                );
-                origin.url(&path)
-            })
-            .collect();
-        let mut settings = LeaseSettings::default();
-        settings.enabled = lease;
-        let loaders = (0..o.loaders)
-            .map(|_| {
-                Ok(worker(Some(&cluster.url()))
-                    .shared_cache_lease(settings)
-                    .build()?)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        for l in &loaders {
-            l.shared_cache().context("enabled")?.connect().await;
-        }
-        let before = origin.total_hits();
-        let started = Instant::now();
-        let mut lat = Vec::new();
-        for url in &urls {
-            let mut set = tokio::task::JoinSet::new();
-            for l in &loaders {
-                let (l, url) = (l.clone(), url.clone());
-                set.spawn(async move {
-                    let t = Instant::now();
-                    l.load(&url, None).await.map(|_| t.elapsed())
-                });
-            }
-            while let Some(r) = set.join_next().await {
-                lat.push(r??);
-            }
-        }
-        let elapsed = started.elapsed();
-        let fetches = origin.total_hits() - before;
-        let per_url = fetches as f64 / urls_n as f64;
-        let m = Measure::from_latencies(lat.len(), elapsed, lat);
-        rows.push(Row {
-            scenario: format!(
-                "stampede, {} loaders, lease {}",
-                o.loaders,
-                if lease { "on" } else { "off" }
-            ),
-            subject: m,
-            baseline_name: "-".into(),
-            baseline: None,
-            ratio_kind: "origin fetches/URL",
-            ratio: Some(per_url),
-            target: if lease { "= 1.0".into() } else { "-".into() },
-            note: format!("{fetches} origin fetches for {urls_n} URLs"),
-        });
-    }
-    Ok(rows)
-}
-
-async fn zipf(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
-    let (images_n, loads) = if o.quick { (500, 4000) } else { (2000, 20_000) };
-    let (_origin, urls) = common::image_origin(images_n, Duration::ZERO);
-    let loaders = (0..4)
-        .map(|_| Ok(worker(Some(&cluster.url())).build()?))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let plan = Plan {
-        loads_per_worker: loads / 4,
-        lanes: o.concurrency.div_ceil(4),
-        zipf_s: 1.1,
-        seed: 11,
-        duration: None,
-        stop: None,
-        pace: Duration::ZERO,
-    };
-    let started = Instant::now();
-    let records = common::run_fleet(&loaders, Arc::new(urls), &plan).await;
-    let elapsed = started.elapsed();
-    let s = common::summarize(&records);
-    anyhow::ensure!(s.failures == 0, "{} loads failed", s.failures);
-    let pct = |n: usize| 100.0 * n as f64 / s.loads as f64;
-    let lat: Vec<Duration> = records.iter().map(|r| r.latency).collect();
-    let m = Measure::from_latencies(s.loads, elapsed, lat);
-    Ok(vec![Row {
-        scenario: format!("zipf s=1.1, {loads} loads over {images_n} images, 4 loaders"),
-        subject: m,
-        baseline_name: "-".into(),
-        baseline: None,
-        ratio_kind: "origin downloads/image",
-        ratio: Some(
-            s.origin as f64
-                / records
-                    .iter()
-                    .map(|r| r.image)
-                    .collect::<std::collections::HashSet<_>>()
-                    .len() as f64,
-        ),
-        target: "-".into(),
-        note: format!(
-            "memory {:.1}%, inflight {:.1}%, shared {:.1}%, origin {:.1}% ({} downloads)",
-            pct(s.memory),
-            pct(s.inflight),
-            pct(s.shared),
-            pct(s.origin),
-            s.origin
-        ),
-    }])
-}
-
-fn row_line(r: &Row) -> String {
-    format!(
-        "{}: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; {} {}",
-        r.scenario,
-        r.subject.rate(),
-        ms(r.subject.p50),
-        ms(r.subject.p99),
-        r.ratio_kind,
-        r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
-    )
-}
-
-fn table(rows: &[Row], o: &Opts) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "Concurrency {} per scenario (local-hit: 2 threads). Each ratio compares the subject with a \
-         baseline measured in the same run: {} alternating rounds, the round with the median ratio \
-         is shown (local-hit: best of 2).\n",
-        o.concurrency,
-        o.rounds()
-    );
-    let _ = writeln!(
-        t,
-        "| scenario | ops/s | p50 ms | p99 ms | baseline | baseline ops/s | baseline p99 ms | ratio | target | notes |"
-    );
-    let _ = writeln!(t, "|---|---:|---:|---:|---|---:|---:|---:|---|---|");
-    for r in rows {
-        let (bname, brate, bp99) = match &r.baseline {
-            Some(b) => (
-                r.baseline_name.clone(),
-                format!("{:.0}", b.rate()),
-                format!("{:.3}", ms(b.p99)),
-            ),
-            None => ("-".into(), "-".into(), "-".into()),
-        };
-        let _ = writeln!(
-            t,
-            "| {} | {:.0} | {:.3} | {:.3} | {} | {} | {} | {} {} | {} | {} |",
-            r.scenario,
-            r.subject.rate(),
-            ms(r.subject.p50),
-            ms(r.subject.p99),
-            bname,
-            brate,
-            bp99,
-            r.ratio.map_or_else(|| "-".into(), |x| format!("{x:.3}")),
-            r.ratio_kind,
-            r.target,
-            r.note
-        );
-    }
-    t
-}
-
-fn json(rows: &[Row], o: &Opts) -> serde_json::Value {
-    let m = |m: &Measure| serde_json::json!({ "ops": m.ops, "secs": m.elapsed.as_secs_f64(), "ops_per_s": m.rate(), "p50_ms": ms(m.p50), "p99_ms": ms(m.p99) });
-    serde_json::json!({
-        "concurrency": o.concurrency,
-        "quick": o.quick,
-        "rows": rows.iter().map(|r| serde_json::json!({
-            "scenario": r.scenario,
-            "subject": m(&r.subject),
-            "baseline_name": r.baseline_name,
-            "baseline": r.baseline.as_ref().map(m),
-            "ratio_kind": r.ratio_kind,
-            "ratio": r.ratio,
-            "target": r.target,
-            "note": r.note,
-        })).collect::<Vec<_>>(),
-    })
 }
