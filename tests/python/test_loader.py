@@ -408,85 +408,65 @@ def test_metrics_text_has_the_loader_metrics(origin, path):
     assert "# TYPE mmcache_loads_total counter" in text
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="fork is tested on Linux")
-def test_a_forked_child_gets_a_clear_error_not_a_hang(origin, path):
+def in_forked_child(work):
+    """Runs `work()` in a forked child (bounded: 20 s, then killed); returns what it returned
+    or its exception's text."""
     import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        try:
+            q.put(work())
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            q.put(f"{type(e).__name__}: {e}")
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    try:
+        proc.join(20)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    return q.get(timeout=5)
+
+
+fork_only = pytest.mark.skipif(sys.platform != "linux", reason="fork is tested on Linux")
+
+
+@fork_only
+def test_a_forked_child_gets_a_clear_error_not_a_hang(origin, path):
     url = origin.image(path(), png(4, 4))
     loader = mmcache.Loader(allow_internal=True)
     loader.load_sync(url)  # the runtime runs in this process now
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-
-    def child():
-        try:
-            loader.load_sync(url)
-            q.put("loaded")
-        except RuntimeError as e:
-            q.put(str(e))
-
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    try:
-        proc.join(20)
-        assert proc.exitcode == 0
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-    message = q.get(timeout=5)
-    assert "fork" in message
+    message = in_forked_child(lambda: (loader.load_sync(url), "loaded")[1])
+    assert message.startswith("RuntimeError") and "fork" in message
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="fork is tested on Linux")
+@fork_only
 def test_a_forked_child_can_build_and_use_its_own_loader(origin, path):
-    import multiprocessing as mp
     data = png(5, 5, seed=3)
     url = origin.image(path(), data)
     mmcache.Loader(allow_internal=True).load_sync(url)  # the parent's runtime is running
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-
-    def child():
-        try:
-            arr = mmcache.Loader(allow_internal=True).load_sync(url)
-            q.put(arr.tobytes())
-        except Exception as e:  # noqa: BLE001 - reported to the parent
-            q.put(repr(e))
-
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    try:
-        proc.join(20)
-        assert proc.exitcode == 0
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-    assert q.get(timeout=5) == pixels_of(data)
+    got = in_forked_child(lambda: mmcache.Loader(allow_internal=True).load_sync(url).tobytes())
+    assert got == pixels_of(data)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="fork is tested on Linux")
+@fork_only
 def test_a_parent_loader_dropped_in_a_child_leaves_the_parent_working(origin, path):
     import gc
-    import multiprocessing as mp
     urls = [origin.image(path(), png(4, 4, seed=i)) for i in range(3)]
     holder = [mmcache.Loader(allow_internal=True)]
     holder[0].load_sync(urls[0])  # a pooled keep-alive connection, registered with epoll
-    ctx = mp.get_context("fork")
 
-    def child():
+    def drop_it():
         holder.clear()  # drop the parent's loader here
         gc.collect()
+        return "dropped"
 
-    proc = ctx.Process(target=child, daemon=True)
-    proc.start()
-    try:
-        proc.join(20)
-        assert proc.exitcode == 0
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
+    assert in_forked_child(drop_it) == "dropped"
     # The parent's sockets are still registered and its runtime still serves them.
     for url in urls:
         assert holder[0].load_sync(url).shape == (4, 4, 3)

@@ -82,15 +82,7 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (loader, scope) = (self.start()?, scope_of(scope));
-        future_into_py::<PerProcess, _, _>(py, async move {
-            let result = loader.load_detailed(&url, scope.as_ref()).await;
-            Ok(One {
-                result,
-                url,
-                with_source: false,
-            })
-        })
+        self.awaitable(py, url, scope, false)
     }
 
     /// `await loader.load_detailed(url, scope=None)`: `(array, source)`, the source being
@@ -102,15 +94,7 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (loader, scope) = (self.start()?, scope_of(scope));
-        future_into_py::<PerProcess, _, _>(py, async move {
-            let result = loader.load_detailed(&url, scope.as_ref()).await;
-            Ok(One {
-                result,
-                url,
-                with_source: true,
-            })
-        })
+        self.awaitable(py, url, scope, true)
     }
 
     /// The blocking form of `load`, for threads without an event loop. The GIL is released
@@ -273,6 +257,25 @@ impl Loader {
         self.inner
             .as_ref()
             .expect("a loader is present until dropped")
+    }
+
+    /// An awaitable load of `url`, giving the array (and its source with `with_source`).
+    fn awaitable<'py>(
+        &self,
+        py: Python<'py>,
+        url: String,
+        scope: Option<&str>,
+        with_source: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (loader, scope) = (self.start()?, scope_of(scope));
+        future_into_py::<PerProcess, _, _>(py, async move {
+            let result = loader.load_detailed(&url, scope.as_ref()).await;
+            Ok(One {
+                result,
+                url,
+                with_source,
+            })
+        })
     }
 
     /// The loader, after checking it runs in the process that built it.
