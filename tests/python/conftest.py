@@ -128,7 +128,8 @@ def _server_binary() -> str | None:
 def _free_port() -> int:
     """A port whose cluster bus port (+10000) is free as well."""
     for _ in range(200):
-        port = random.randint(20000, 29999)
+        # Below the ephemeral range (32768 and up), bus port included.
+        port = random.randint(12000, 21999)
         ok = True
         for p in (port, port + 10000):
             with socket.socket() as s:

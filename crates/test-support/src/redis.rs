@@ -14,6 +14,8 @@ mod client;
 mod control;
 mod forming;
 
+use forming::StartFailure;
+
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -110,6 +112,25 @@ pub struct Node {
 }
 
 impl Node {
+    /// A placeholder while a node is moved out to be respawned.
+    fn vacant() -> Self {
+        Self {
+            ip: Ipv4Addr::LOCALHOST,
+            port: 0,
+            dir: PathBuf::new(),
+            child: None,
+            stopped: true,
+            hung: AtomicBool::new(false),
+        }
+    }
+
+    /// The last `n` lines of the server's log, for error messages.
+    fn log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     /// Running and not hung: safe to talk to.
     fn answering(&self) -> bool {
         !self.stopped && !self.hung.load(Ordering::Relaxed)
@@ -139,15 +160,37 @@ pub struct RedisCluster {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A free port on `ip` whose cluster-bus port (+10000) is free too.
+///
+/// Both lie below Linux's ephemeral range (32768 and up), so an outgoing connection of
+/// another process cannot take them between this check and the server's bind; a collision
+/// with another harness is still possible, and the caller retries on an exit
+/// ([`RedisCluster`] does).
 pub fn free_port(ip: Ipv4Addr) -> anyhow::Result<u16> {
-    for _ in 0..200 {
-        let l = TcpListener::bind((ip, 0))?;
-        let port = l.local_addr()?.port();
-        if port < 55_000 && TcpListener::bind((ip, port + 10_000)).is_ok() {
+    const LOW: u32 = 12_000;
+    const SPAN: u32 = 10_000; // bus ports up to 31_999
+    // A small xorshift seeded per call: different processes and threads start apart.
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.subsec_nanos())
+        ^ std::process::id().rotate_left(16)
+        ^ SEQ
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9)
+        | 1;
+    for _ in 0..500 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let port = u16::try_from(LOW + x % SPAN).expect("below 65536");
+        let Ok(l) = TcpListener::bind((ip, port)) else {
+            continue;
+        };
+        if TcpListener::bind((ip, port + 10_000)).is_ok() {
+            drop(l);
             return Ok(port);
         }
     }
-    bail!("no free port pair on {ip}")
+    bail!("no free port pair on {ip} in 500 tries")
 }
 
 impl RedisCluster {
@@ -201,9 +244,29 @@ impl RedisCluster {
             cluster.nodes.push(node);
         }
         for i in 0..total {
-            cluster.wait_ping(i, Duration::from_secs(10))?;
+            cluster.await_start(i, true)?;
         }
         Ok(cluster)
+    }
+
+    /// Waits for the just-spawned node `i` to answer. When `fresh_port` (the harness picked
+    /// the port), a server that exited at once lost its port to another process between
+    /// `free_port` and its bind; it is started again on a new port, up to 5 times.
+    fn await_start(&mut self, i: usize, fresh_port: bool) -> anyhow::Result<()> {
+        const TRIES: usize = 5;
+        for attempt in 1.. {
+            match self.wait_ping(i, Duration::from_secs(10)) {
+                Ok(()) => return Ok(()),
+                Err(StartFailure::Exited(e)) if fresh_port && attempt < TRIES => {
+                    eprintln!("redis harness: {e:#}\nretrying on a fresh port");
+                    self.kill(i);
+                    self.nodes[i].port = free_port(self.nodes[i].ip)?;
+                    self.respawn(i)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     /// Assigns slots, joins the nodes, attaches replicas and waits for `cluster_state:ok`.
@@ -269,6 +332,14 @@ impl RedisCluster {
     /// Path of the CA certificate of a TLS cluster.
     pub fn ca_path(&self) -> Option<PathBuf> {
         self.tls_dir.as_ref().map(|d| d.join("ca.crt"))
+    }
+
+    /// Starts node `i`'s server again at its (current) address, from its directory.
+    fn respawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let mut node = std::mem::replace(&mut self.nodes[i], Node::vacant());
+        let result = self.spawn(&mut node);
+        self.nodes[i] = node;
+        result
     }
 
     fn spawn(&self, node: &mut Node) -> anyhow::Result<()> {

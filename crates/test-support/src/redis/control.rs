@@ -1,14 +1,13 @@
 //! Node control: kill, hang (SIGSTOP), resume, restart, and move nodes to new addresses.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{Node, RedisCluster, free_port};
+use super::{RedisCluster, free_port};
 
 impl RedisCluster {
     /// Kills node `i` (SIGKILL) and reaps it.
@@ -58,21 +57,8 @@ impl RedisCluster {
     ///
     /// When it does not start.
     pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        let mut node = std::mem::replace(
-            &mut self.nodes[i],
-            Node {
-                ip: Ipv4Addr::LOCALHOST,
-                port: 0,
-                dir: PathBuf::new(),
-                child: None,
-                stopped: true,
-                hung: AtomicBool::new(false),
-            },
-        );
-        let result = self.spawn(&mut node);
-        self.nodes[i] = node;
-        result?;
-        self.wait_ping(i, Duration::from_secs(10))
+        self.respawn(i)?;
+        self.await_start(i, false)
     }
 
     /// Kills every node, restarts each at `ips[i % len]` on a fresh port, keeping its identity
@@ -106,7 +92,8 @@ impl RedisCluster {
             let ip = ips[i % ips.len()];
             self.nodes[i].ip = ip;
             self.nodes[i].port = free_port(ip)?;
-            self.restart(i)?;
+            self.respawn(i)?;
+            self.await_start(i, true)?;
         }
         self.meet_all()
     }

@@ -3,19 +3,62 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 
 use super::{RedisCluster, SLOTS};
 
+/// Why a node did not come up.
+#[derive(Debug)]
+pub(super) enum StartFailure {
+    /// The process exited (a port lost to another process, a bad option).
+    Exited(anyhow::Error),
+    /// It runs but did not answer in time.
+    Silent(anyhow::Error),
+}
+
+impl From<StartFailure> for anyhow::Error {
+    fn from(f: StartFailure) -> Self {
+        match f {
+            StartFailure::Exited(e) | StartFailure::Silent(e) => e,
+        }
+    }
+}
+
 impl RedisCluster {
-    pub(super) fn wait_ping(&self, i: usize, within: Duration) -> anyhow::Result<()> {
+    /// Waits for node `i` to answer PING. A server that exits first is reported at once
+    /// as [`StartFailure::Exited`] (typically its port was taken between `free_port` and its
+    /// bind), so the caller can retry it on a fresh port.
+    pub(super) fn wait_ping(&mut self, i: usize, within: Duration) -> Result<(), StartFailure> {
         let deadline = Instant::now() + within;
         loop {
             if self.cli(i, &["PING"]).is_ok_and(|o| o.trim() == "PONG") {
-                return Ok(());
+                // Ours, not a server that held the port first (ours then exits).
+                let pid = self.nodes[i].pid().map(|p| p.to_string());
+                let served_by = self
+                    .cli(i, &["INFO", "server"])
+                    .ok()
+                    .and_then(|info| info_field(&info, "process_id"));
+                if served_by.is_some() && served_by == pid {
+                    return Ok(());
+                }
+            }
+            let exited = self.nodes[i]
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                return Err(StartFailure::Exited(anyhow!(
+                    "node {i} at {} exited before answering PING ({status}); its log ends:\n{}",
+                    self.nodes[i].addr(),
+                    self.nodes[i].log_tail(8)
+                )));
             }
             if Instant::now() > deadline {
-                bail!("node {i} at {} did not answer PING", self.nodes[i].addr());
+                return Err(StartFailure::Silent(anyhow!(
+                    "node {i} at {} did not answer PING within {within:?}; its log ends:\n{}",
+                    self.nodes[i].addr(),
+                    self.nodes[i].log_tail(8)
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -275,5 +318,45 @@ mod tests {
             .wait_known_nodes(Duration::from_secs(10))
             .expect("waiting re-sends the MEET");
         assert!(cluster.missing_peers().is_empty());
+    }
+
+    /// A port taken by another process between `free_port` and the server's bind (seen in
+    /// CI as "did not answer PING"): the server exits, which is reported at once with its
+    /// log, and a node on a harness-picked port is started again on a fresh one.
+    #[test]
+    fn a_node_whose_port_was_taken_starts_on_another() {
+        if !require_redis("a_node_whose_port_was_taken_starts_on_another") {
+            return;
+        }
+        let opts = ClusterOptions {
+            masters: 1,
+            ..Default::default()
+        };
+        let mut cluster = RedisCluster::spawn_nodes(opts).expect("node starts");
+        cluster.kill(0);
+        let ip = cluster.nodes[0].ip;
+        let taken = std::net::TcpListener::bind((ip, super::super::free_port(ip).unwrap()))
+            .expect("hold a port");
+        let port = taken.local_addr().unwrap().port();
+        cluster.nodes[0].port = port;
+
+        // At a fixed address (a restart), the exit is reported (not the PING timeout), with the log.
+        let err = cluster.restart(0).expect_err("the port is taken");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("exited before answering PING"), "{msg}");
+        assert!(
+            msg.to_lowercase().contains("address already in use"),
+            "{msg}"
+        );
+
+        // On a harness-picked port, it moves.
+        cluster.kill(0);
+        cluster.respawn(0).expect("spawn");
+        cluster
+            .await_start(0, true)
+            .expect("started on a fresh port");
+        assert_ne!(cluster.nodes[0].port, port);
+        assert_eq!(cluster.cli(0, &["PING"]).expect("answers").trim(), "PONG");
+        drop(taken);
     }
 }
