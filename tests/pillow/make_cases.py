@@ -13,9 +13,11 @@ import io
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 from PIL import Image, ImageFile, features
 
@@ -31,6 +33,134 @@ def base(width, height, seed):
     smooth = Image.merge("RGB", (r, g, b))
     noise = Image.frombytes("RGB", (width, height), rnd.randbytes(width * height * 3))
     return Image.blend(smooth, noise, 0.25)
+
+
+def png_chunk(kind, data):
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+# Adam7 passes: (x0, y0, dx, dy).
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+         (0, 1, 1, 2)]
+
+
+def raw_png(width, height, depth, colour_type, pixel, interlaced=False, extra=b""):
+    """A PNG Pillow cannot write (Adam7, 16-bit colour): `pixel(x, y)` gives a pixel's bytes."""
+    passes = ADAM7 if interlaced else [(0, 0, 1, 1)]
+    raw = bytearray()
+    for x0, y0, dx, dy in passes:
+        xs, ys = range(x0, width, dx), range(y0, height, dy)
+        if xs and ys:
+            for y in ys:
+                raw += b"\0" + b"".join(pixel(x, y) for x in xs)
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, colour_type, 0, 0, int(interlaced))
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra
+            + png_chunk(b"IDAT", zlib.compress(bytes(raw))) + png_chunk(b"IEND", b""))
+
+
+def lzw_literals(indices, min_code):
+    """GIF image data: every index a literal code, a clear code before the table would grow."""
+    clear, width = 1 << min_code, min_code + 1
+    codes, since_clear = [clear], 0
+    for i in indices:
+        codes.append(i)
+        since_clear += 1
+        if since_clear == (1 << width) - clear - 3:
+            codes.append(clear)
+            since_clear = 0
+    codes.append(clear + 1)
+    acc = bits = 0
+    data = bytearray()
+    for c in codes:
+        acc |= c << bits
+        bits += width
+        while bits >= 8:
+            data.append(acc & 255)
+            acc >>= 8
+            bits -= 8
+    if bits:
+        data.append(acc)
+    blocks = b"".join(bytes([len(data[k:k + 255])]) + data[k:k + 255]
+                      for k in range(0, len(data), 255))
+    return bytes([min_code]) + blocks + b"\0"
+
+
+def raw_gif(screen, frame, indices, global_palette=None, local_palette=None,
+            transparent=None, min_code=2):
+    """A one-frame GIF with the frame `(left, top, width, height)` anywhere on the screen."""
+    def table_flags(palette):
+        return 0x80 | ((len(palette) // 3).bit_length() - 2) if palette else 0
+    out = b"GIF89a" + struct.pack("<HHBBB", *screen, table_flags(global_palette), 0, 0)
+    out += global_palette or b""
+    if transparent is not None:
+        out += b"\x21\xf9\x04\x01\0\0" + bytes([transparent]) + b"\0"
+    left, top, w, h = frame
+    out += b"\x2c" + struct.pack("<HHHHB", left, top, w, h, table_flags(local_palette))
+    out += local_palette or b""
+    out += lzw_literals([indices[k % len(indices)] for k in range(w * h)], min_code)
+    return out + b";"
+
+
+def constructed_cases(add):
+    """Files Pillow cannot write but reads (and the web has): interlaced and 16-bit colour
+    PNGs, and GIFs whose first frame is offset, reaches past the screen, or uses indices past
+    its palette."""
+    rnd = random.Random(7)
+    w, h = 37, 23
+    im = base(w, h, 3)
+    deep = [[[rnd.randrange(65536) for _ in range(4)] for _ in range(w)] for _ in range(h)]
+
+    def rgb8(x, y):
+        return bytes(im.getpixel((x, y)))
+
+    add("png-interlaced-rgb", "png", raw_png(w, h, 8, 2, rgb8, interlaced=True))
+    add("png-interlaced-rgba", "png", raw_png(
+        w, h, 8, 6, lambda x, y: rgb8(x, y) + bytes([x * 7 % 256]), interlaced=True))
+    add("png-interlaced-grey", "png", raw_png(
+        w, h, 8, 0, lambda x, y: bytes([deep[y][x][0] >> 8]), interlaced=True))
+    add("png-interlaced-1x9", "png", raw_png(1, 9, 8, 2, lambda x, y: bytes([y * 20, 3, 7]), True))
+    add("png-interlaced-9x1", "png", raw_png(9, 1, 8, 2, lambda x, y: bytes([x * 20, 3, 7]), True))
+    for interlaced in (False, True):
+        tag = "-interlaced" if interlaced else ""
+        add(f"png-rgb16{tag}", "png", raw_png(
+            w, h, 16, 2, lambda x, y: struct.pack(">3H", *deep[y][x][:3]), interlaced))
+        add(f"png-rgba16{tag}", "png", raw_png(
+            w, h, 16, 6, lambda x, y: struct.pack(">4H", *deep[y][x]), interlaced))
+        add(f"png-la16{tag}", "png", raw_png(
+            w, h, 16, 4, lambda x, y: struct.pack(">2H", *deep[y][x][:2]), interlaced))
+    add("png-gamma-srgb", "png", raw_png(
+        w, h, 8, 2, rgb8, extra=png_chunk(b"gAMA", struct.pack(">I", 45455))
+        + png_chunk(b"sRGB", b"\0")))
+
+    four = bytes([10, 20, 30, 200, 0, 0, 0, 200, 0, 0, 0, 200])
+    eight = bytes(rnd.randrange(256) for _ in range(24))
+    ramp = bytes(v for i in range(4) for v in (i, i, i))
+    gifs = {
+        "full": ((8, 4), (0, 0, 8, 4), [1, 2, 3], dict(global_palette=four)),
+        "offset": ((20, 10), (5, 3, 8, 4), [1, 2, 3], dict(global_palette=four)),
+        "offset-transparent": ((20, 10), (5, 3, 8, 4), [1, 2, 3],
+                               dict(global_palette=four, transparent=2)),
+        "past-screen": ((6, 6), (3, 3, 8, 4), [1, 2, 3], dict(global_palette=four)),
+        "past-screen-transparent": ((6, 6), (3, 3, 8, 4), [1, 2, 3],
+                                    dict(global_palette=four, transparent=3)),
+        "index-past-palette": ((8, 4), (0, 0, 8, 4), [0, 1, 5, 7, 3],
+                               dict(global_palette=four, min_code=3)),
+        "transparent-past-palette": ((8, 4), (1, 1, 4, 2), [1, 2, 3],
+                                     dict(global_palette=four, transparent=9)),
+        "local-palette": ((20, 10), (5, 3, 8, 4), [1, 2, 3, 6],
+                          dict(global_palette=four, local_palette=eight, min_code=3)),
+        "local-palette-only": ((20, 10), (5, 3, 8, 4), [1, 2, 3, 6],
+                               dict(local_palette=eight, min_code=3)),
+        "no-palette": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5], dict(min_code=3)),
+        "no-palette-transparent": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5],
+                                   dict(transparent=2, min_code=3)),
+        "grey-ramp": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5], dict(global_palette=ramp, min_code=3)),
+        "grey-ramp-transparent": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5],
+                                  dict(global_palette=ramp, transparent=3, min_code=3)),
+    }
+    for name, (screen, frame, indices, options) in gifs.items():
+        add(f"gif-made-{name}", "gif", raw_gif(screen, frame, indices, **options))
 
 
 def main(out):
@@ -113,11 +243,25 @@ def main(out):
                 "arithmetic": ["-arithmetic"],
                 "arithmetic-progressive": ["-arithmetic", "-progressive"],
                 "grey-sample-h2v2": ["-grayscale", "-sample", "2x2"],
+                "rgb-colour-space": ["-rgb"],
+                "rgb-colour-space-progressive": ["-rgb", "-progressive"],
+                "float-dct-q100": ["-quality", "100", "-dct", "float"],
             }
             for name, args in variants.items():
                 data = subprocess.run(["cjpeg", "-quality", "85", *args, ppm],
                                       check=True, capture_output=True).stdout
                 add(f"jpeg-cjpeg-{name}", "jpg", data)
+
+    constructed_cases(add)
+
+    # An ICC profile does not change the pixels Pillow returns (it does not apply it).
+    save("jpeg-icc-profile", "jpg", base(40, 24, 6), format="JPEG", quality=90,
+         icc_profile=bytes(range(256)) * 12)
+    im = base(37, 23, 3)
+    save("gif-interlaced", "gif", im.convert("P", palette=Image.Palette.ADAPTIVE, colors=7),
+         format="GIF", interlace=True)
+    save("gif-grey", "gif", im.convert("L"), format="GIF")
+    save("webp-grey-lossless", "webp", im.convert("L"), format="WEBP", lossless=True)
 
     # EXIF orientation 6 (rotate 90): Pillow's Image.open does not apply it, nor do we.
     exif = Image.Exif()

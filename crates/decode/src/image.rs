@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use image::{DynamicImage, ImageReader};
 
 use crate::error::{Error, Result};
-use crate::{jpeg, png, turbo};
+use crate::{gif, jpeg, png, turbo};
 
 /// Default pixel limit: 100 megapixels.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
@@ -223,6 +223,7 @@ pub struct Probe {
 enum Headers {
     Jpeg(jpeg::JpegHeader),
     Png(png::PngHeader),
+    Gif(gif::GifHeader),
     Other,
 }
 
@@ -247,7 +248,11 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
             let (h, unbacked) = png::inspect(bytes).map_err(invalid)?;
             (h.width, h.height, Headers::Png(h), unbacked)
         }
-        ImageFormat::WebP | ImageFormat::Gif => {
+        ImageFormat::Gif => {
+            let (h, unbacked) = gif::inspect(bytes).map_err(invalid)?;
+            (h.width, h.height, Headers::Gif(h), unbacked)
+        }
+        ImageFormat::WebP => {
             let (w, h) = ImageReader::with_format(Cursor::new(bytes), format.to_image())
                 .into_dimensions()
                 .map_err(|e| invalid(e.to_string()))?;
@@ -271,6 +276,7 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
     let memory_bytes = match headers {
         Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => h.decode_bytes(),
         Headers::Png(h) => h.decode_bytes(),
+        Headers::Gif(h) => h.decode_bytes(),
         // `image` decodes to its own buffer (up to 4 bytes a pixel, 2 more a sample for a
         // progressive JPEG's coefficients), then converts to RGB8.
         Headers::Jpeg(h) => pixels * (7 + 2 * u64::from(h.components)) + (1 << 20),
@@ -371,10 +377,11 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
                 })?
         }
         Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes)?,
+        Headers::Gif(h) => gif::decode_rgb(bytes, &h, probe.memory_bytes)?,
         _ => decode_with_image(bytes, probe)?,
     };
-    // The size comes from the probe; a decoder that read other dimensions (a second SOF, a
-    // GIF frame larger than its screen) must not yield an image whose pixels do not match it.
+    // The size comes from the probe; a decoder that read other dimensions (a second SOF)
+    // must not yield an image whose pixels do not match it.
     if Some(pixels.len() as u64) != u64::from(probe.width).checked_mul(u64::from(probe.height) * 3)
     {
         return Err(Error::Invalid {
@@ -410,7 +417,7 @@ pub(crate) fn refusal(format: ImageFormat, reason: String) -> Error {
     }
 }
 
-/// The `image` crate's decoders (WebP, GIF, and JPEG through zune-jpeg), bounded by the
+/// The `image` crate's decoders (WebP, and JPEG through zune-jpeg), bounded by the
 /// probe's estimate.
 fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
     let format = probe.format;

@@ -3,7 +3,8 @@
 //! - [`decode`] sniffs JPEG, PNG, WebP or GIF from the bytes (never from a URL) and returns
 //!   the RGB8 pixels of Pillow's `Image.open(b).convert("RGB")`, byte for byte: JPEG through
 //!   libjpeg-turbo (loaded at run time, see [`select_jpeg_decoder`]; a pure-Rust decoder
-//!   otherwise), PNG row by row, WebP and GIF through `image`.
+//!   otherwise), PNG row by row, GIF's first frame composed as Pillow composes it, WebP
+//!   through `image`.
 //! - [`probe`] reads the headers first and refuses, before any allocation, an image over
 //!   [`DecodeLimits::max_pixels`] or one whose coded data cannot back its declared size, and
 //!   estimates the memory its decode will hold ([`Probe::memory_bytes`]).
@@ -58,6 +59,7 @@
 //!   therefore hold fewer of both than either limit alone would allow.
 
 mod error;
+mod gif;
 mod image;
 mod jpeg;
 mod png;

@@ -65,6 +65,32 @@ fn hostile_images_cost_little() {
     assert_truncated(result, "IDAT-starved PNG");
     assert!(peak < MIB, "IDAT-starved PNG: {peak} bytes allocated");
 
+    // A GIF whose 60000x60000 frame has four bytes of data: refused from its headers.
+    let gif = images::gif_raw((60_000, 60_000), (0, 0, 60_000, 60_000), &[0x44, 0x01]);
+    let (result, peak) = peak_during(|| decode(&gif, &DecodeLimits::with_max_pixels(u64::MAX)));
+    assert_truncated(result, "data-starved GIF");
+    assert!(peak < 2 * MIB, "data-starved GIF: {peak} bytes allocated");
+
+    // A GIF frame placed far past its 1x1 screen: the canvas Pillow would grow to is refused
+    // by the pixel limit from the headers.
+    let gif = images::gif_raw((1, 1), (65_000, 65_000, 1, 1), &[0x44, 0x01]);
+    let (result, peak) = peak_during(|| decode(&gif, &limits));
+    assert!(
+        matches!(
+            result,
+            Err(Error::TooManyPixels {
+                width: 65_001,
+                height: 65_001,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        peak < 2 * MIB,
+        "far-placed GIF frame: {peak} bytes allocated"
+    );
+
     // A 1x1 PNG carrying a 256 MiB iCCP profile and a 256 MiB zTXt: both skipped unread.
     let bombs = images::zero_png(
         1,

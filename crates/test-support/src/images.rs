@@ -106,6 +106,28 @@ pub fn png_header_claiming(width: u32, height: u32) -> Vec<u8> {
     out
 }
 
+/// A GIF with a `screen` (width, height) and one frame at `(left, top, width, height)` whose
+/// image data is `lzw` as is (sub-blocks added): for frames that reach past the screen or
+/// that a few bytes cannot fill. Four-colour global palette, LZW minimum code size 2.
+pub fn gif_raw(screen: (u16, u16), frame: (u16, u16, u16, u16), lzw: &[u8]) -> Vec<u8> {
+    let mut out = b"GIF89a".to_vec();
+    out.extend_from_slice(&screen.0.to_le_bytes());
+    out.extend_from_slice(&screen.1.to_le_bytes());
+    out.extend_from_slice(&[0x81, 0, 0]); // global table of 4 entries
+    out.extend_from_slice(&[0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255]);
+    out.push(0x2c);
+    for v in [frame.0, frame.1, frame.2, frame.3] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&[0, 2]); // no local table; minimum code size 2
+    for block in lzw.chunks(255) {
+        out.push(block.len() as u8);
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(&[0, b';']);
+    out
+}
+
 fn push_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
     out.extend_from_slice(&(data.len() as u32).to_be_bytes());
     out.extend_from_slice(kind);
