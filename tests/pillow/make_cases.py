@@ -102,6 +102,38 @@ def raw_gif(screen, frame, indices, global_palette=None, local_palette=None,
     return out + b";"
 
 
+def riff_chunks(data):
+    """(fourcc, payload) of a RIFF file's chunks."""
+    at, out = 12, []
+    while at + 8 <= len(data):
+        size = struct.unpack("<I", data[at + 4:at + 8])[0]
+        out.append((data[at:at + 4], data[at + 8:at + 8 + size]))
+        at += 8 + size + (size & 1)
+    return out
+
+
+def riff_chunk(kind, payload):
+    return kind + struct.pack("<I", len(payload)) + payload + b"\0" * (len(payload) & 1)
+
+
+def animated_webp(canvas, frames):
+    """An animated WebP whose frames `(x, y, image, blend, **save options)` are placed by hand
+    (an encoder places and flags its own)."""
+    def u24(v):
+        return struct.pack("<I", v)[:3]
+    body = riff_chunk(b"VP8X", bytes([0x12, 0, 0, 0]) + u24(canvas[0] - 1) + u24(canvas[1] - 1))
+    body += riff_chunk(b"ANIM", bytes([0, 0, 255, 255, 0, 0]))  # opaque red background hint
+    for x, y, image, blend, options in frames:
+        buf = io.BytesIO()
+        image.save(buf, format="WEBP", **options)
+        bitstream = b"".join(riff_chunk(k, d) for k, d in riff_chunks(buf.getvalue())
+                             if k in (b"ALPH", b"VP8 ", b"VP8L"))
+        flags = 0 if blend else 2
+        body += riff_chunk(b"ANMF", u24(x // 2) + u24(y // 2) + u24(image.width - 1)
+                           + u24(image.height - 1) + u24(100) + bytes([flags]) + bitstream)
+    return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WEBP" + body
+
+
 def constructed_cases(add):
     """Files Pillow cannot write but reads (and the web has): interlaced and 16-bit colour
     PNGs, and GIFs whose first frame is offset, reaches past the screen, or uses indices past
@@ -161,6 +193,19 @@ def constructed_cases(add):
     }
     for name, (screen, frame, indices, options) in gifs.items():
         add(f"gif-made-{name}", "gif", raw_gif(screen, frame, indices, **options))
+
+    # Animated WebPs whose first frame sits inside the canvas and asks to be blended: libwebp
+    # draws a first frame as a key frame, unblended.
+    small = base(20, 10, 7).convert("RGBA")
+    faded = small.copy()
+    faded.putalpha(Image.linear_gradient("L").resize((20, 10)))
+    second = base(40, 30, 1)
+    for blend in (True, False):
+        tag = "blend" if blend else "no-blend"
+        for kind, options in [("lossless", dict(lossless=True)), ("lossy", dict(quality=80))]:
+            for alpha, image in [("opaque", small), ("alpha", faded)]:
+                add(f"webp-made-offset-{kind}-{alpha}-{tag}", "webp", animated_webp(
+                    (40, 30), [(8, 6, image, blend, options), (0, 0, second, blend, options)]))
 
 
 def main(out):

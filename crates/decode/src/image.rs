@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use image::{DynamicImage, ImageReader};
 
 use crate::error::{Error, Result};
-use crate::{gif, jpeg, png, turbo};
+use crate::{gif, jpeg, png, turbo, webp};
 
 /// Default pixel limit: 100 megapixels.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
@@ -421,7 +421,11 @@ pub(crate) fn refusal(format: ImageFormat, reason: String) -> Error {
 /// probe's estimate.
 fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
     let format = probe.format;
-    let mut reader = ImageReader::with_format(Cursor::new(bytes), format.to_image());
+    let bytes = match format {
+        ImageFormat::WebP => webp::first_frame_unblended(bytes),
+        _ => std::borrow::Cow::Borrowed(bytes),
+    };
+    let mut reader = ImageReader::with_format(Cursor::new(&bytes[..]), format.to_image());
     let mut decoder_limits = image::Limits::default();
     decoder_limits.max_image_width = Some(probe.width);
     decoder_limits.max_image_height = Some(probe.height);

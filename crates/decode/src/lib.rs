@@ -64,6 +64,7 @@ mod image;
 mod jpeg;
 mod png;
 mod turbo;
+mod webp;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
