@@ -308,6 +308,18 @@ def main(out):
     save("gif-grey", "gif", im.convert("L"), format="GIF")
     save("webp-grey-lossless", "webp", im.convert("L"), format="WEBP", lossless=True)
 
+    # Bytes libjpeg skips with a warning (Pillow decodes the file): junk before markers, a
+    # stuffed zero between segments, and data after the end of image.
+    for prog in (False, True):
+        buf = io.BytesIO()
+        base(48, 32, 8).save(buf, format="JPEG", quality=85, progressive=prog)
+        good = buf.getvalue()
+        sos, dqt = good.find(b"\xff\xda"), good.find(b"\xff\xdb")
+        kind = "prog" if prog else "base"
+        add(f"jpeg-extraneous-bytes-{kind}", "jpg",
+            good[:dqt] + b"\x00\xff\x00" + good[dqt:sos] + b"junk" + good[sos:])
+        add(f"jpeg-trailing-data-{kind}", "jpg", good + b"\x00trailing" * 50)
+
     # EXIF orientation 6 (rotate 90): Pillow's Image.open does not apply it, nor do we.
     exif = Image.Exif()
     exif[0x0112] = 6

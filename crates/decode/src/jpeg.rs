@@ -70,8 +70,13 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
     let mut first_scan_components = 0usize;
     let mut ended = false;
     while at < bytes.len() {
+        // Bytes that are not a marker are skipped, as libjpeg skips them (warning of
+        // "extraneous bytes before marker"): Pillow decodes such files.
         if bytes[at] != 0xff {
-            return Err(format!("expected a marker at byte {at}"));
+            match memchr::memchr(0xff, &bytes[at..]) {
+                Some(p) => at += p,
+                None => break,
+            }
         }
         // Any number of 0xFF fill bytes may precede a marker.
         while at < bytes.len() && bytes[at] == 0xff {
@@ -80,6 +85,7 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
         let Some(&marker) = bytes.get(at) else { break };
         at += 1;
         match marker {
+            0x00 => continue, // a stuffed zero outside a scan: libjpeg discards it too
             0xd9 => {
                 ended = true;
                 break;
