@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import struct
 import zlib
 
@@ -13,6 +14,7 @@ from conftest import Route, pixels_of, png
 from PIL import Image
 from test_loader import shared_key
 
+import mmcache
 from mmcache import dynamo
 from mmcache.dynamo import (
     HttpStatusError,
@@ -153,6 +155,27 @@ def test_unsupported_format_url_raises_415(origin, path):
     svg = b"<svg xmlns='http://www.w3.org/2000/svg' width='1' height='1'/>"
     e = raises(HttpStatusError, internal().load_image(origin.image(path("a.svg"), svg)))
     assert e.status == 415 and "Unsupported Media Type" in str(e)
+
+
+def test_gif_is_unsupported_as_in_dynamo(origin, path):
+    # Dynamo opens JPEG, PNG and WebP only; the native loader accepts GIF by default.
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 3), (200, 10, 10)).save(buf, format="GIF")
+    gif = buf.getvalue()
+    e = raises(HttpStatusError, internal().load_image(origin.image(path("a.gif"), gif)))
+    assert e.status == 415 and "Unsupported Media Type" in str(e)
+    data_url = "data:image/gif;base64," + base64.b64encode(gif).decode()
+    assert raises(HttpStatusError, ImageLoader().load_image(data_url)).status == 415
+    assert mmcache.Loader().load_sync(data_url).shape == (3, 4, 3)
+
+
+def test_gif_is_decoded_when_the_operator_opts_in(monkeypatch):
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 3), (200, 10, 10)).save(buf, format="GIF")
+    monkeypatch.setenv("MMCACHE_IMAGE_FORMATS", "jpeg,png,webp,gif")
+    data_url = "data:image/gif;base64," + base64.b64encode(buf.getvalue()).decode()
+    image = asyncio.run(ImageLoader().load_image(data_url))
+    assert image.mode == "RGB" and image.getpixel((0, 0)) == (200, 10, 10)
 
 
 def test_unsupported_format_data_url_raises_415():

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import io
 import sys
 import time
 
 import numpy as np
 import pytest
 from conftest import Route, pixels_of, png
+from PIL import Image
 
 import mmcache
 
@@ -247,6 +250,24 @@ def test_config_errors_name_the_variable_and_never_the_cache_url(monkeypatch):
         mmcache.Loader(no_such=1)
     with pytest.raises(ValueError, match="origin_timeout_secs"):
         mmcache.Loader(origin_timeout_secs=-1.0)
+    with pytest.raises(ValueError, match="image_formats.*bmp"):
+        mmcache.Loader(image_formats="jpeg,bmp")
+    monkeypatch.setenv("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "0")
+    monkeypatch.setenv("MMCACHE_IMAGE_FORMATS", "png,tiff")
+    with pytest.raises(mmcache.ConfigError, match="MMCACHE_IMAGE_FORMATS"):
+        mmcache.Loader.from_env()
+
+
+def test_image_formats_setting_refuses_other_formats_with_415():
+    loader = mmcache.Loader(image_formats=["png"])
+    png_url = "data:image/png;base64," + base64.b64encode(png(4, 3)).decode()
+    assert loader.load_sync(png_url).shape == (3, 4, 3)
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 3)).save(buf, format="JPEG")
+    jpeg_url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+    with pytest.raises(mmcache.UnsupportedImageError) as info:
+        loader.load_sync(jpeg_url)
+    assert info.value.http_status == 415 and "jpeg images are not accepted" in str(info.value)
 
 
 def test_batch_keeps_order_and_reports_every_failure(origin, path):

@@ -31,6 +31,13 @@ pub enum Error {
         /// What is not supported.
         reason: String,
     },
+    /// A supported format this worker does not accept ([`crate::DecodeLimits::formats`]).
+    /// Other workers may: a cache keeps the bytes.
+    #[error("{format} images are not accepted here")]
+    FormatNotAccepted {
+        /// The sniffed format.
+        format: &'static str,
+    },
     /// The header announces more pixels than allowed; nothing was decoded.
     #[error("image of {width}x{height} exceeds the {limit}-pixel limit")]
     TooManyPixels {
@@ -57,7 +64,8 @@ impl Error {
             Self::Empty
             | Self::Unsupported
             | Self::Invalid { .. }
-            | Self::UnsupportedFeature { .. } => 415,
+            | Self::UnsupportedFeature { .. }
+            | Self::FormatNotAccepted { .. } => 415,
             Self::JpegDecoderUnavailable(_) => 500,
         }
     }
@@ -66,7 +74,8 @@ impl Error {
     /// corrupt or truncated): what a cache may delete. Limits are not: other workers may have
     /// other limits.
     pub fn is_not_an_image(&self) -> bool {
-        // UnsupportedFeature is deliberately absent: another decoder may read those bytes.
+        // UnsupportedFeature and FormatNotAccepted are deliberately absent: another decoder,
+        // or a worker accepting that format, may read those bytes.
         matches!(self, Self::Empty | Self::Unsupported | Self::Invalid { .. })
     }
 

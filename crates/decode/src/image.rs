@@ -36,6 +36,17 @@ impl ImageFormat {
         }
     }
 
+    const ALL: [ImageFormat; 4] = [Self::Jpeg, Self::Png, Self::WebP, Self::Gif];
+
+    fn bit(self) -> u8 {
+        match self {
+            Self::Jpeg => 1,
+            Self::Png => 2,
+            Self::WebP => 4,
+            Self::Gif => 8,
+        }
+    }
+
     fn to_image(self) -> image::ImageFormat {
         match self {
             Self::Jpeg => image::ImageFormat::Jpeg,
@@ -43,6 +54,92 @@ impl ImageFormat {
             Self::WebP => image::ImageFormat::WebP,
             Self::Gif => image::ImageFormat::Gif,
         }
+    }
+}
+
+impl std::str::FromStr for ImageFormat {
+    type Err = ();
+
+    /// `jpeg` (or `jpg`), `png`, `webp`, `gif`, in any case.
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "jpeg" | "jpg" => Ok(Self::Jpeg),
+            "png" => Ok(Self::Png),
+            "webp" => Ok(Self::WebP),
+            "gif" => Ok(Self::Gif),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The formats a worker accepts. Default: all four. Dynamo's Python `ImageLoader` accepts
+/// JPEG, PNG and WebP only ([`ImageFormats::DYNAMO`]); bytes of another format are refused
+/// with [`Error::FormatNotAccepted`] (415) and left in the shared caches for workers that
+/// accept them.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ImageFormats(u8);
+
+impl ImageFormats {
+    /// JPEG, PNG, WebP and GIF.
+    pub const ALL: Self = Self(0b1111);
+    /// JPEG, PNG and WebP: what Dynamo's Python `ImageLoader` opens.
+    pub const DYNAMO: Self = Self(0b0111);
+
+    /// Whether `format` is accepted.
+    pub fn contains(self, format: ImageFormat) -> bool {
+        self.0 & format.bit() != 0
+    }
+
+    /// The accepted formats, in a fixed order.
+    pub fn iter(self) -> impl Iterator<Item = ImageFormat> {
+        ImageFormat::ALL
+            .into_iter()
+            .filter(move |f| self.contains(*f))
+    }
+}
+
+impl Default for ImageFormats {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl FromIterator<ImageFormat> for ImageFormats {
+    fn from_iter<I: IntoIterator<Item = ImageFormat>>(formats: I) -> Self {
+        Self(formats.into_iter().fold(0, |bits, f| bits | f.bit()))
+    }
+}
+
+impl std::fmt::Display for ImageFormats {
+    /// Comma-separated names: `jpeg,png,webp`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.iter().map(ImageFormat::as_str).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl std::fmt::Debug for ImageFormats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageFormats({self})")
+    }
+}
+
+impl std::str::FromStr for ImageFormats {
+    type Err = String;
+
+    /// A comma-separated list of format names (`jpeg,png,webp`); at least one, each known.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let mut formats = Self(0);
+        for name in s.split(',').filter(|n| !n.trim().is_empty()) {
+            let format: ImageFormat = name
+                .parse()
+                .map_err(|()| format!("unknown image format {:?}", name.trim()))?;
+            formats.0 |= format.bit();
+        }
+        if formats.0 == 0 {
+            return Err("no image format named".into());
+        }
+        Ok(formats)
     }
 }
 
@@ -173,6 +270,8 @@ pub struct DecodeLimits {
     pub max_pixels: u64,
     /// The JPEG decoder. Default: libjpeg-turbo when it loads, else the pure-Rust one.
     pub jpeg: JpegDecoder,
+    /// The formats accepted. Default [`ImageFormats::ALL`].
+    pub formats: ImageFormats,
 }
 
 impl Default for DecodeLimits {
@@ -184,6 +283,7 @@ impl Default for DecodeLimits {
             } else {
                 JpegDecoder::PureRust
             },
+            formats: ImageFormats::ALL,
         }
     }
 }
@@ -200,6 +300,11 @@ impl DecodeLimits {
     /// These limits with another JPEG decoder.
     pub fn with_jpeg_decoder(self, jpeg: JpegDecoder) -> Self {
         Self { jpeg, ..self }
+    }
+
+    /// These limits accepting only `formats`.
+    pub fn with_formats(self, formats: ImageFormats) -> Self {
+        Self { formats, ..self }
     }
 }
 
@@ -238,6 +343,11 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         return Err(Error::Empty);
     }
     let format = sniff(bytes).ok_or(Error::Unsupported)?;
+    if !limits.formats.contains(format) {
+        return Err(Error::FormatNotAccepted {
+            format: format.as_str(),
+        });
+    }
     let invalid = |reason: String| refusal(format, reason);
     let (width, height, headers, unbacked) = match format {
         ImageFormat::Jpeg => {

@@ -75,8 +75,9 @@ use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
 pub use crate::error::{Error, Result};
 pub use crate::image::{
-    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, JpegDecoder, JpegDecoderChoice,
-    JpegSelection, Probe, decode, decode_probed, probe, select_jpeg_decoder, sniff,
+    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, ImageFormats, JpegDecoder,
+    JpegDecoderChoice, JpegSelection, Probe, decode, decode_probed, probe, select_jpeg_decoder,
+    sniff,
 };
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).

@@ -194,6 +194,14 @@ impl LoaderBuilder {
         self
     }
 
+    /// Image formats accepted (`MMCACHE_IMAGE_FORMATS`); others are refused with 415 and
+    /// left in the shared caches. [`mmcache_decode::ImageFormats::DYNAMO`] accepts what
+    /// Dynamo's Python `ImageLoader` accepts.
+    pub fn image_formats(mut self, formats: mmcache_decode::ImageFormats) -> Self {
+        self.config.image_formats = formats;
+        self
+    }
+
     /// Path of libturbojpeg to load (`MMCACHE_LIBTURBOJPEG`).
     pub fn libturbojpeg(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.config.libturbojpeg = Some(path.into());
@@ -291,8 +299,9 @@ impl LoaderBuilder {
             (None, None) => tracing::info!(decoder = jpeg.decoder.as_str(), "JPEG decoder"),
         }
         ::metrics::gauge!(metrics::JPEG_DECODER_INFO, "decoder" => jpeg.decoder.as_str()).set(1.0);
-        let limits =
-            DecodeLimits::with_max_pixels(config.max_pixels).with_jpeg_decoder(jpeg.decoder);
+        let limits = DecodeLimits::with_max_pixels(config.max_pixels)
+            .with_jpeg_decoder(jpeg.decoder)
+            .with_formats(config.image_formats);
         let budget = DecodeBudget::new(
             config.decode_concurrency,
             config.decode_memory_bytes,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use mmcache_decode::JpegDecoderChoice;
+use mmcache_decode::{ImageFormats, JpegDecoderChoice};
 
 use crate::error::ConfigError;
 use crate::hedge::HedgeSettings;
@@ -58,6 +58,9 @@ pub mod env {
     /// `auto` (libjpeg-turbo when it loads, else pure Rust), `libjpeg-turbo` (or a start-up
     /// error) or `pure-rust`. Default `auto`.
     pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
+    /// Image formats accepted, comma-separated from `jpeg`, `png`, `webp`, `gif`. Default all
+    /// four (Dynamo's Python `ImageLoader` accepts `jpeg,png,webp`).
+    pub const IMAGE_FORMATS: &str = "MMCACHE_IMAGE_FORMATS";
     /// Path of libturbojpeg to load. Default: `libturbojpeg.so.0`, then the other usual names.
     pub const LIBTURBOJPEG: &str = "MMCACHE_LIBTURBOJPEG";
     /// Bytes all running decodes may hold together, integer > 0. Default 2 GiB.
@@ -101,7 +104,7 @@ pub mod env {
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 35] = [
+    pub const ALL: [&str; 36] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -129,6 +132,7 @@ pub mod env {
         SHARED_HEDGE_MIN_MS,
         SHARED_HEDGE_MAX_MS,
         JPEG_DECODER,
+        IMAGE_FORMATS,
         LIBTURBOJPEG,
         DECODE_MEMORY_BYTES,
         DECODE_CONCURRENCY,
@@ -270,6 +274,8 @@ pub struct Config {
     pub max_pixels: u64,
     /// How the JPEG decoder is chosen. Default [`JpegDecoderChoice::Auto`].
     pub jpeg_decoder: JpegDecoderChoice,
+    /// Image formats accepted. Default all.
+    pub image_formats: ImageFormats,
     /// Path of libturbojpeg; default: the usual names.
     pub libturbojpeg: Option<PathBuf>,
     /// Bytes all running decodes may hold together. Default 2 GiB.
@@ -297,6 +303,7 @@ impl Default for Config {
             decoded_cache_entries: None,
             max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
             jpeg_decoder: JpegDecoderChoice::Auto,
+            image_formats: ImageFormats::ALL,
             libturbojpeg: None,
             decode_memory_bytes: DEFAULT_DECODE_MEMORY_BYTES,
             decode_concurrency: default_decode_concurrency(),
@@ -432,6 +439,15 @@ impl Config {
         if let Some(v) = get(env::JPEG_DECODER) {
             c.jpeg_decoder = v.parse().map_err(|()| {
                 ConfigError::invalid(env::JPEG_DECODER, &v, "auto, libjpeg-turbo or pure-rust")
+            })?;
+        }
+        if let Some(v) = get(env::IMAGE_FORMATS) {
+            c.image_formats = v.parse().map_err(|_| {
+                ConfigError::invalid(
+                    env::IMAGE_FORMATS,
+                    &v,
+                    "a comma-separated list of jpeg, png, webp, gif",
+                )
             })?;
         }
         c.libturbojpeg = get(env::LIBTURBOJPEG).map(|v| PathBuf::from(v.trim()));
@@ -697,6 +713,7 @@ mod tests {
         assert!(!c.session_scoped && !c.allow_internal);
         assert_eq!(c.decoded_cache_entries, None);
         assert_eq!(c.jpeg_decoder, JpegDecoderChoice::Auto);
+        assert_eq!(c.image_formats, ImageFormats::ALL);
         assert_eq!(c.decode_memory_bytes, 2 << 30);
         assert_eq!(c.decode_wait, Duration::from_secs(30));
         assert_eq!(c, Config::default());
@@ -867,9 +884,12 @@ mod tests {
             (env::DECODE_CONCURRENCY, "3"),
             (env::DECODE_WAIT_SECS, "1.5"),
             (env::LIBTURBOJPEG, "/opt/lib/libturbojpeg.so.0"),
+            (env::IMAGE_FORMATS, " JPG, png ,WebP"),
         ])
         .unwrap();
         assert_eq!(c.jpeg_decoder, JpegDecoderChoice::PureRust);
+        assert_eq!(c.image_formats, ImageFormats::DYNAMO);
+        assert_eq!(c.image_formats.to_string(), "jpeg,png,webp");
         assert_eq!(c.decode_memory_bytes, 1 << 20);
         assert_eq!(c.decode_concurrency, 3);
         assert_eq!(c.decode_wait, Duration::from_millis(1500));
@@ -884,6 +904,8 @@ mod tests {
             (env::DECODE_CONCURRENCY, "99999999999"),
             (env::DECODE_WAIT_SECS, "3601"),
             (env::DECODE_WAIT_SECS, "1e19"),
+            (env::IMAGE_FORMATS, "jpeg,bmp"),
+            (env::IMAGE_FORMATS, " , "),
         ] {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name) && err.contains(value), "{err}");

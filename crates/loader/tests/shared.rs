@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use mmcache_loader::decode::ImageFormats;
 use mmcache_loader::shared_cache::entry_key;
 use mmcache_loader::{
     HedgeSettings, Loader, LoaderBuilder, Source, scope::CacheIdentity, scope::Scope,
@@ -129,6 +130,63 @@ async fn an_entry_over_this_workers_limits_is_left_for_others() {
     let loaded = worker(&cluster.url()).build().unwrap();
     assert_eq!(
         loaded.load_detailed(&url, None).await.unwrap().source,
+        Source::Shared
+    );
+}
+
+/// A worker that accepts fewer formats (Dynamo's JPEG, PNG and WebP) refuses a GIF with 415,
+/// from the origin (nothing written) and from the shared cache (the entry kept for others).
+#[tokio::test]
+async fn a_format_this_worker_does_not_accept_is_415_and_left_for_others() {
+    if !require_redis("a_format_this_worker_does_not_accept_is_415_and_left_for_others") {
+        return;
+    }
+    let cluster = cluster();
+    let origin = TestOrigin::start();
+    let gif = images::gif(31, 17, 4);
+    let dynamo_like = || {
+        worker(&cluster.url())
+            .image_formats(ImageFormats::DYNAMO)
+            .build()
+            .unwrap()
+    };
+
+    origin.set("/fresh.gif", Route::ok(gif.clone()));
+    let fresh = origin.url("/fresh.gif");
+    let err = dynamo_like().load(&fresh, None).await.unwrap_err();
+    assert_eq!(err.http_status(), 415, "{err}");
+    assert!(
+        err.to_string().contains("gif images are not accepted"),
+        "{err}"
+    );
+    assert_eq!(
+        cluster.get_raw(&key_for(&fresh)).unwrap(),
+        None,
+        "not written"
+    );
+
+    origin.set("/cached.gif", Route::ok(gif.clone()));
+    let cached = origin.url("/cached.gif");
+    cluster
+        .set_raw(&key_for(&cached), &gif, Some(3600))
+        .unwrap();
+    let loader = dynamo_like();
+    let err = loader.load(&cached, None).await.unwrap_err();
+    assert_eq!(err.http_status(), 415, "{err}");
+    assert_eq!(loader.shared_cache().unwrap().stats().del_ok, 0);
+    assert_eq!(
+        cluster.get_raw(&key_for(&cached)).unwrap().as_deref(),
+        Some(&gif[..]),
+        "kept"
+    );
+    assert_eq!(origin.hits("/cached.gif"), 0);
+    let every_format = worker(&cluster.url()).build().unwrap();
+    assert_eq!(
+        every_format
+            .load_detailed(&cached, None)
+            .await
+            .unwrap()
+            .source,
         Source::Shared
     );
 }

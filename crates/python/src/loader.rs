@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mmcache_loader::decode::ImageFormats;
 use mmcache_loader::scope::Scope;
 use mmcache_loader::{Config, Image, Loaded, LoaderBuilder};
 use pyo3::IntoPyObjectExt;
@@ -321,6 +322,16 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
+/// `image_formats`: `"jpeg,png"` or `["jpeg", "png"]`.
+fn formats(v: &Bound<'_, PyAny>) -> PyResult<ImageFormats> {
+    let list = match v.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => v.extract::<Vec<String>>()?.join(","),
+    };
+    list.parse()
+        .map_err(|e| PyValueError::new_err(format!("image_formats={list:?}: {e}")))
+}
+
 /// Applies one keyword setting.
 fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
     Ok(match name {
@@ -347,6 +358,7 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "decoded_cache_bytes" => b.decoded_cache_bytes(v.extract()?),
         "decoded_cache_entries" => b.decoded_cache_entries(v.extract()?),
         "max_pixels" => b.max_pixels(v.extract()?),
+        "image_formats" => b.image_formats(formats(v)?),
         "decode_memory_bytes" => b.decode_memory_bytes(v.extract()?),
         "decode_concurrency" => b.decode_concurrency(v.extract()?),
         "decode_wait_secs" => b.decode_wait(secs(name, v.extract()?)?),

@@ -72,7 +72,8 @@ class Loader(_native.Loader):
     (PEM bytes), ``max_file_size_bytes``, ``session_scoped``, ``allow_internal``,
     ``allowed_media_domains``, ``disk_cache_dir``, ``disk_cache_max_bytes``,
     ``disk_cache_ttl_secs``, ``decoded_cache_bytes``, ``decoded_cache_entries``,
-    ``max_pixels``, ``decode_memory_bytes``, ``decode_concurrency``, ``decode_wait_secs``,
+    ``max_pixels``, ``image_formats`` (``"jpeg,png,webp"`` or a list), ``decode_memory_bytes``,
+    ``decode_concurrency``, ``decode_wait_secs``,
     ``origin_timeout_secs``, ``origin_connect_timeout_secs``. A bad value raises
     :class:`ConfigError` (a ``ValueError``) naming it.
 

@@ -177,6 +177,11 @@ class ImageLoader:
             "decoded_cache_entries": max(int(cache_size), 0),
             "origin_timeout_secs": self._http_timeout,
         }
+        environ = _dynamo_environ()
+        if not environ.get("MMCACHE_IMAGE_FORMATS", "").strip():
+            # Dynamo opens JPEG, PNG and WebP only: a GIF is 415 there, so it is here unless
+            # the operator opts in with MMCACHE_IMAGE_FORMATS.
+            settings["image_formats"] = "jpeg,png,webp"
         if url_policy is not None:
             allow_http = bool(getattr(url_policy, "allow_http", False))
             allow_private = bool(getattr(url_policy, "allow_private_ips", False))
@@ -193,7 +198,7 @@ class ImageLoader:
         if session_scoped_cache is not None:
             settings["session_scoped"] = bool(session_scoped_cache)
         try:
-            self._loader = Loader(environ=_dynamo_environ(), **settings)
+            self._loader = Loader(environ=environ, **settings)
         except _errors.ConfigError as exc:
             raise ValueError(str(exc)) from None
 
