@@ -87,12 +87,13 @@ def lzw_literals(indices, min_code):
 
 
 def raw_gif(screen, frame, indices, global_palette=None, local_palette=None,
-            transparent=None, min_code=2):
+            transparent=None, min_code=2, before_frame=b""):
     """A one-frame GIF with the frame `(left, top, width, height)` anywhere on the screen."""
     def table_flags(palette):
         return 0x80 | ((len(palette) // 3).bit_length() - 2) if palette else 0
     out = b"GIF89a" + struct.pack("<HHBBB", *screen, table_flags(global_palette), 0, 0)
     out += global_palette or b""
+    out += before_frame
     if transparent is not None:
         out += b"\x21\xf9\x04\x01\0\0" + bytes([transparent]) + b"\0"
     left, top, w, h = frame
@@ -168,6 +169,7 @@ def constructed_cases(add):
     four = bytes([10, 20, 30, 200, 0, 0, 0, 200, 0, 0, 0, 200])
     eight = bytes(rnd.randrange(256) for _ in range(24))
     ramp = bytes(v for i in range(4) for v in (i, i, i))
+    ramp8 = bytes(v for i in range(8) for v in (i, i, i))
     gifs = {
         "full": ((8, 4), (0, 0, 8, 4), [1, 2, 3], dict(global_palette=four)),
         "offset": ((20, 10), (5, 3, 8, 4), [1, 2, 3], dict(global_palette=four)),
@@ -187,6 +189,21 @@ def constructed_cases(add):
         "no-palette": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5], dict(min_code=3)),
         "no-palette-transparent": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5],
                                    dict(transparent=2, min_code=3)),
+        "ramp-local-over-global": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5, 7],
+                                   dict(global_palette=four, local_palette=ramp8, min_code=3)),
+        "ramp-local-over-global-transparent": (
+            (8, 4), (1, 1, 4, 2), [1, 2, 3, 5, 7],
+            dict(global_palette=four, local_palette=ramp8, transparent=6, min_code=3)),
+        "ramp-local-over-ramp-global": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5, 7],
+                                        dict(global_palette=ramp, local_palette=ramp8,
+                                             min_code=3)),
+        "unknown-extension": ((8, 4), (0, 0, 8, 4), [1, 2, 3],
+                              dict(global_palette=four,
+                                   before_frame=b"\x21\x02\x03abc\x00")),
+        "comment-and-application": (
+            (8, 4), (0, 0, 8, 4), [1, 2, 3],
+            dict(global_palette=four, before_frame=b"\x21\xfe\x05hello\x00"
+                 b"\x21\xff\x0bNETSCAPE2.0\x03\x01\x00\x00\x00")),
         "grey-ramp": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5], dict(global_palette=ramp, min_code=3)),
         "grey-ramp-transparent": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5],
                                   dict(global_palette=ramp, transparent=3, min_code=3)),

@@ -5,18 +5,38 @@
 //! - the image is the logical screen, grown to hold the frame when the frame reaches past it;
 //! - outside the frame, every pixel is index `transparent` when the frame has one, else 0;
 //! - inside, every index is written, the transparent one included (RGB has no alpha);
-//! - an index maps through the frame's palette (local, else global) and past its end to black;
-//!   a palette that is the grey ramp `(i, i, i)`, or no palette at all, makes it a greyscale
-//!   image whose value is the index itself.
+//! - a palette that is the grey ramp `(i, i, i)` counts as no palette. An index maps through
+//!   the frame's local palette; failing that (none, or a ramp), the global one; past the
+//!   palette's end it is black. With neither, the image is greyscale: the value is the index.
+//!
+//! Known difference: when two graphic control extensions precede the first frame and only
+//! the earlier one names a transparent index, Pillow keeps it and the decoder does not.
 
-use std::borrow::Cow;
-use std::io::Cursor;
+use std::io::Read;
 use std::num::NonZeroU64;
 
 use gif::{ColorOutput, DecodeOptions, Decoder, MemoryLimit};
 
 use crate::error::Error;
 use crate::image::{ImageFormat, refusal};
+
+/// What the decoder may hold for metadata extensions (XMP, ICC), in the probe and the decode
+/// alike; counted in the decode's estimate.
+const METADATA_LIMIT: u64 = 4 << 20;
+
+/// Bytes 0..13: signature, screen size, flags (byte 10), background, aspect.
+const SCREEN_END: usize = 13;
+
+/// The grey ramp, as a 256-entry colour table.
+const RAMP: [u8; 768] = {
+    let mut table = [0u8; 768];
+    let mut i = 0;
+    while i < 768 {
+        table[i] = (i / 3) as u8;
+        i += 1;
+    }
+    table
+};
 
 /// The first frame's place on the canvas, as the headers say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,51 +48,67 @@ pub(crate) struct GifHeader {
 }
 
 impl GifHeader {
-    /// Peak bytes of the decode: the RGB8 output, the frame's indices, the LZW tables.
+    /// Peak bytes of the decode: the RGB8 output, the frame's indices, metadata, LZW tables.
     pub(crate) fn decode_bytes(&self) -> u64 {
-        u64::from(self.width) * u64::from(self.height) * 3 + self.frame_pixels + (1 << 20)
+        u64::from(self.width) * u64::from(self.height) * 3
+            + self.frame_pixels
+            + METADATA_LIMIT
+            + (1 << 20)
     }
 }
 
-/// Headers up to the first frame's descriptor, to the decoder's memory limit (metadata
-/// extensions count against it).
+fn failed(e: gif::DecodingError) -> Error {
+    match e {
+        gif::DecodingError::OutOfMemory | gif::DecodingError::MemoryLimit => Error::LimitExceeded,
+        other => refusal(ImageFormat::Gif, other.to_string()),
+    }
+}
+
+/// Headers up to the first frame's descriptor.
 ///
-/// A GIF without a global colour table gets the grey ramp as one: Pillow reads a frame with
-/// no table at all as greyscale (value = index), which is what the ramp gives, while the
-/// decoder would refuse it. Only those rare files are copied.
-fn open(bytes: &[u8], memory: u64) -> Result<Decoder<Cursor<Cow<'_, [u8]>>>, gif::DecodingError> {
-    const SCREEN_END: usize = 13;
-    let has_global_table = bytes.get(10).is_some_and(|flags| flags & 0x80 != 0);
-    let bytes = if has_global_table || bytes.len() < SCREEN_END {
-        Cow::Borrowed(bytes)
-    } else {
-        let mut patched = Vec::with_capacity(bytes.len() + 768);
-        patched.extend_from_slice(&bytes[..SCREEN_END]);
-        patched[10] |= 0x87; // a global table of 256 entries
-        patched.extend((0..=255u8).flat_map(|i| [i; 3]));
-        patched.extend_from_slice(&bytes[SCREEN_END..]);
-        Cow::Owned(patched)
-    };
+/// A GIF without a global colour table is read with the grey ramp as one, spliced in by the
+/// reader (no copy): the decoder refuses a frame with no table at all, and the ramp is what
+/// "no palette" means to Pillow.
+fn open(bytes: &[u8]) -> Result<Decoder<Box<dyn Read + '_>>, Error> {
     let mut options = DecodeOptions::new();
     options.set_color_output(ColorOutput::Indexed);
     // Frames may reach past the screen: Pillow grows the canvas, so must we.
     options.check_frame_consistency(false);
+    // Pillow skips extensions it does not know; so must we.
+    options.allow_unknown_blocks(true);
     options.set_memory_limit(MemoryLimit::Bytes(
-        NonZeroU64::new(memory.max(1 << 20)).expect("nonzero"),
+        NonZeroU64::new(METADATA_LIMIT).expect("nonzero"),
     ));
-    options.read_info(Cursor::new(bytes))
+    let has_global_table = bytes.get(10).is_some_and(|flags| flags & 0x80 != 0);
+    let reader: Box<dyn Read + '_> = if has_global_table || bytes.len() < SCREEN_END {
+        Box::new(bytes)
+    } else {
+        let flags = [bytes[10] | 0x87]; // a global table of 256 entries
+        Box::new(
+            bytes[..10]
+                .chain(std::io::Cursor::new(flags))
+                .chain(&bytes[11..SCREEN_END])
+                .chain(&RAMP[..])
+                .chain(&bytes[SCREEN_END..]),
+        )
+    };
+    options.read_info(reader).map_err(failed)
 }
 
 /// Reads the screen and the first frame's descriptor, without decoding pixels. The second
 /// value is a reason to refuse the file as truncated: its frame is larger than the whole
 /// file could code.
-pub(crate) fn inspect(bytes: &[u8]) -> Result<(GifHeader, Option<String>), String> {
-    let mut decoder = open(bytes, 1 << 24).map_err(|e| e.to_string())?;
+pub(crate) fn inspect(bytes: &[u8]) -> Result<(GifHeader, Option<String>), Error> {
+    let mut decoder = open(bytes)?;
     let (screen_w, screen_h) = (decoder.width(), decoder.height());
     let frame = decoder
         .next_frame_info()
-        .map_err(|e| e.to_string())?
-        .ok_or("no image in the GIF")?;
+        .map_err(failed)?
+        .ok_or_else(|| refusal(ImageFormat::Gif, "no image in the GIF".into()))?;
+    if frame.width == 0 || frame.height == 0 {
+        // Pillow refuses it too ("tile cannot extend outside image").
+        return Err(refusal(ImageFormat::Gif, "zero-sized frame".into()));
+    }
     let right = u32::from(frame.left) + u32::from(frame.width);
     let bottom = u32::from(frame.top) + u32::from(frame.height);
     let header = GifHeader {
@@ -101,12 +137,8 @@ fn most_lzw_pixels(len: u64) -> u64 {
 }
 
 /// Decodes the first frame onto its canvas, as RGB8.
-pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader, memory: u64) -> Result<Vec<u8>, Error> {
-    let failed = |e: gif::DecodingError| match e {
-        gif::DecodingError::OutOfMemory | gif::DecodingError::MemoryLimit => Error::LimitExceeded,
-        other => refusal(ImageFormat::Gif, other.to_string()),
-    };
-    let mut decoder = open(bytes, memory).map_err(failed)?;
+pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Error> {
+    let mut decoder = open(bytes)?;
     let frame = decoder
         .next_frame_info()
         .map_err(failed)?
@@ -114,6 +146,7 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader, memory: u64) -> Resul
     let (left, top) = (usize::from(frame.left), usize::from(frame.top));
     let (fw, fh) = (usize::from(frame.width), usize::from(frame.height));
     let fill = frame.transparent.unwrap_or(0);
+    let local = frame.palette.clone(); // at most 768 bytes
     let (width, height) = (header.width as usize, header.height as usize);
     if left + fw > width || top + fh > height {
         // A header from other bytes (`decode_probed` is public): refuse, never index past.
@@ -122,26 +155,29 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader, memory: u64) -> Resul
             "the frame does not match the probed canvas".into(),
         ));
     }
+    let output_len = width
+        .checked_mul(height)
+        .and_then(|n| n.checked_mul(3))
+        .ok_or(Error::LimitExceeded)?;
 
     let mut indices = Vec::new();
     indices
         .try_reserve_exact(fw * fh)
         .map_err(|_| Error::LimitExceeded)?;
     indices.resize(fw * fh, 0);
-    if !indices.is_empty() {
-        decoder.read_into_buffer(&mut indices).map_err(failed)?;
-    }
-    let colours = Colours::new(decoder.palette().map_err(failed)?);
+    decoder.read_into_buffer(&mut indices).map_err(failed)?;
+    // The spliced-in ramp of a file without a global table reads as no palette, as it should.
+    let colours = Colours::new(local.as_deref(), decoder.global_palette());
 
     let mut out = Vec::new();
-    out.try_reserve_exact(width * height * 3)
+    out.try_reserve_exact(output_len)
         .map_err(|_| Error::LimitExceeded)?;
     let background = colours.rgb(fill);
     for _ in 0..width * height {
         out.extend_from_slice(&background);
     }
     // The canvas holds the frame (checked above), so these slices are in bounds.
-    for (y, row) in indices.chunks_exact(fw.max(1)).enumerate().take(fh) {
+    for (y, row) in indices.chunks_exact(fw).enumerate() {
         let start = ((top + y) * width + left) * 3;
         for (px, &index) in out[start..start + fw * 3].chunks_exact_mut(3).zip(row) {
             px.copy_from_slice(&colours.rgb(index));
@@ -156,22 +192,17 @@ struct Colours {
 }
 
 impl Colours {
-    fn new(palette: &[u8]) -> Self {
-        let entries = palette.chunks_exact(3);
-        // The grey ramp is no palette to Pillow: the image is L and its value is the index.
-        let ramp = entries
-            .clone()
-            .enumerate()
-            .all(|(i, c)| c.iter().all(|&v| usize::from(v) == i));
+    /// Pillow's choice: the local table unless it is a ramp, then the global one unless it is
+    /// a ramp (even under a ramp local table: the image keeps the global palette), else grey.
+    fn new(local: Option<&[u8]>, global: Option<&[u8]>) -> Self {
+        let palette = [local, global].into_iter().flatten().find(|p| !is_ramp(p));
         let mut table = [[0u8; 3]; 256];
         for (i, entry) in table.iter_mut().enumerate() {
-            let grey = u8::try_from(i).expect("256 entries");
-            *entry = if ramp {
-                [grey; 3]
-            } else {
-                palette
+            *entry = match palette {
+                Some(p) => p
                     .get(i * 3..i * 3 + 3)
-                    .map_or([0; 3], |c| [c[0], c[1], c[2]])
+                    .map_or([0; 3], |c| [c[0], c[1], c[2]]),
+                None => [u8::try_from(i).expect("256 entries"); 3],
             };
         }
         Self { table }
@@ -180,4 +211,12 @@ impl Colours {
     fn rgb(&self, index: u8) -> [u8; 3] {
         self.table[usize::from(index)]
     }
+}
+
+/// Whether every entry `i` of the table is `(i, i, i)`: Pillow then keeps no palette.
+fn is_ramp(palette: &[u8]) -> bool {
+    palette
+        .chunks_exact(3)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|&v| usize::from(v) == i))
 }

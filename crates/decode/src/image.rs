@@ -90,6 +90,11 @@ impl ImageFormats {
         self.0 & format.bit() != 0
     }
 
+    /// True when no format is accepted (every image would be refused).
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
     /// The accepted formats, in a fixed order.
     pub fn iter(self) -> impl Iterator<Item = ImageFormat> {
         ImageFormat::ALL
@@ -136,7 +141,7 @@ impl std::str::FromStr for ImageFormats {
                 .map_err(|()| format!("unknown image format {:?}", name.trim()))?;
             formats.0 |= format.bit();
         }
-        if formats.0 == 0 {
+        if formats.is_empty() {
             return Err("no image format named".into());
         }
         Ok(formats)
@@ -359,7 +364,7 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
             (h.width, h.height, Headers::Png(h), unbacked)
         }
         ImageFormat::Gif => {
-            let (h, unbacked) = gif::inspect(bytes).map_err(invalid)?;
+            let (h, unbacked) = gif::inspect(bytes)?;
             (h.width, h.height, Headers::Gif(h), unbacked)
         }
         ImageFormat::WebP => {
@@ -390,7 +395,8 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         // `image` decodes to its own buffer (up to 4 bytes a pixel, 2 more a sample for a
         // progressive JPEG's coefficients), then converts to RGB8.
         Headers::Jpeg(h) => pixels * (7 + 2 * u64::from(h.components)) + (1 << 20),
-        Headers::Other => pixels * 7 + (1 << 20),
+        // WebP; plus a copy of the file when its first frame's blend bit is cleared.
+        Headers::Other => pixels * 7 + (1 << 20) + bytes.len() as u64,
     };
     Ok(Probe {
         format,
@@ -487,7 +493,7 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
                 })?
         }
         Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes)?,
-        Headers::Gif(h) => gif::decode_rgb(bytes, &h, probe.memory_bytes)?,
+        Headers::Gif(h) => gif::decode_rgb(bytes, &h)?,
         _ => decode_with_image(bytes, probe)?,
     };
     // The size comes from the probe; a decoder that read other dimensions (a second SOF)

@@ -18,7 +18,7 @@ pub(crate) fn first_frame_unblended(bytes: &[u8]) -> Cow<'_, [u8]> {
         return Cow::Borrowed(bytes);
     }
     let mut at = 12usize;
-    while let Some(header) = bytes.get(at..at + 8) {
+    while let Some(header) = bytes.get(at..at.saturating_add(8)) {
         let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
         if &header[..4] == b"ANMF" {
             let flags = at + 8 + ANMF_FLAGS;
@@ -37,8 +37,8 @@ pub(crate) fn first_frame_unblended(bytes: &[u8]) -> Cow<'_, [u8]> {
             .and_then(|a| a.checked_add(size))
             .and_then(|a| a.checked_add(size & 1))
         {
-            Some(next) => at = next,
-            None => break,
+            Some(next) if next < bytes.len() => at = next,
+            _ => break,
         }
     }
     Cow::Borrowed(bytes)

@@ -70,6 +70,11 @@ fn non_images_and_broken_images_are_415() {
     assert_415(b"<html><body>not found</body></html>", "html");
     assert_415(&[0u8; 4096], "zeros");
     assert_415(b"GIF89a", "gif magic only");
+    // A zero-sized first frame: Pillow refuses it ("tile cannot extend outside image").
+    assert_415(
+        &images::gif_raw((4, 4), (1, 1, 0, 2), &[0x44, 0x01]),
+        "zero-width gif frame",
+    );
     assert_415(b"\x89PNG\r\n\x1a\n", "png magic only");
     assert_415(b"\xff\xd8\xff", "jpeg magic only");
     for bytes in [

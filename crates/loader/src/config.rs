@@ -593,6 +593,13 @@ impl Config {
         if self.max_pixels == 0 {
             return Err(ConfigError::invalid(env::MAX_PIXELS, "0", "an integer > 0"));
         }
+        if self.image_formats.is_empty() {
+            return Err(ConfigError::invalid(
+                env::IMAGE_FORMATS,
+                "",
+                "at least one of jpeg, png, webp, gif",
+            ));
+        }
         if self.decode_memory_bytes == 0 {
             return Err(ConfigError::invalid(
                 env::DECODE_MEMORY_BYTES,

@@ -30,18 +30,10 @@ impl RedisCluster {
     /// bind), so the caller can retry it on a fresh port.
     pub(super) fn wait_ping(&mut self, i: usize, within: Duration) -> Result<(), StartFailure> {
         let deadline = Instant::now() + within;
+        let pid = self.nodes[i].pid().map(|p| p.to_string());
+        let mut served_by = None;
         loop {
-            if self.cli(i, &["PING"]).is_ok_and(|o| o.trim() == "PONG") {
-                // Ours, not a server that held the port first (ours then exits).
-                let pid = self.nodes[i].pid().map(|p| p.to_string());
-                let served_by = self
-                    .cli(i, &["INFO", "server"])
-                    .ok()
-                    .and_then(|info| info_field(&info, "process_id"));
-                if served_by.is_some() && served_by == pid {
-                    return Ok(());
-                }
-            }
+            // Exit first: whatever answers on the port then is not ours.
             let exited = self.nodes[i]
                 .child
                 .as_mut()
@@ -53,9 +45,20 @@ impl RedisCluster {
                     self.nodes[i].log_tail(8)
                 )));
             }
+            if self.cli(i, &["PING"]).is_ok_and(|o| o.trim() == "PONG") {
+                // Ours, not a server that held the port first (ours then exits).
+                served_by = self
+                    .cli(i, &["INFO", "server"])
+                    .ok()
+                    .and_then(|info| info_field(&info, "process_id"));
+                if served_by.is_some() && served_by == pid {
+                    return Ok(());
+                }
+            }
             if Instant::now() > deadline {
                 return Err(StartFailure::Silent(anyhow!(
-                    "node {i} at {} did not answer PING within {within:?}; its log ends:\n{}",
+                    "node {i} at {} did not answer PING within {within:?} (our pid {pid:?}, \
+                     answered by pid {served_by:?}); its log ends:\n{}",
                     self.nodes[i].addr(),
                     self.nodes[i].log_tail(8)
                 )));
