@@ -204,6 +204,10 @@ def constructed_cases(add):
             (8, 4), (0, 0, 8, 4), [1, 2, 3],
             dict(global_palette=four, before_frame=b"\x21\xfe\x05hello\x00"
                  b"\x21\xff\x0bNETSCAPE2.0\x03\x01\x00\x00\x00")),
+        "two-control-extensions": (
+            (20, 10), (5, 3, 8, 4), [1, 2, 3],
+            dict(global_palette=four, before_frame=b"\x21\xf9\x04\x01\0\0\x02\0"
+                 b"\x21\xf9\x04\x00\x0a\0\x00\0")),
         "grey-ramp": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5], dict(global_palette=ramp, min_code=3)),
         "grey-ramp-transparent": ((8, 4), (1, 1, 4, 2), [1, 2, 3, 5],
                                   dict(global_palette=ramp, transparent=3, min_code=3)),

@@ -8,9 +8,10 @@
 //! - a palette that is the grey ramp `(i, i, i)` counts as no palette. An index maps through
 //!   the frame's local palette; failing that (none, or a ramp), the global one; past the
 //!   palette's end it is black. With neither, the image is greyscale: the value is the index.
+//! - the transparent index is the last one named by a graphic control extension before the
+//!   frame: a later extension without one does not clear it (the decoder's rule would).
 //!
-//! Known difference: when two graphic control extensions precede the first frame and only
-//! the earlier one names a transparent index, Pillow keeps it and the decoder does not.
+//! Known difference: Pillow skips stray bytes between blocks; the decoder refuses the file.
 
 use std::io::Read;
 use std::num::NonZeroU64;
@@ -145,7 +146,9 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Er
         .ok_or_else(|| refusal(ImageFormat::Gif, "no image in the GIF".into()))?;
     let (left, top) = (usize::from(frame.left), usize::from(frame.top));
     let (fw, fh) = (usize::from(frame.width), usize::from(frame.height));
-    let fill = frame.transparent.unwrap_or(0);
+    let fill = transparent_before_first_frame(bytes)
+        .unwrap_or(frame.transparent)
+        .unwrap_or(0);
     let local = frame.palette.clone(); // at most 768 bytes
     let (width, height) = (header.width as usize, header.height as usize);
     if left + fw > width || top + fh > height {
@@ -184,6 +187,42 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Er
         }
     }
     Ok(out)
+}
+
+/// The transparent index Pillow gives the first frame: the last one a graphic control
+/// extension names before it. `None` when the blocks cannot be walked (the decoder's own
+/// reading then stands).
+fn transparent_before_first_frame(bytes: &[u8]) -> Option<Option<u8>> {
+    let flags = *bytes.get(10)?;
+    let mut at = SCREEN_END;
+    if flags & 0x80 != 0 {
+        at += 3 << ((flags & 7) + 1);
+    }
+    let mut transparent = None;
+    loop {
+        match *bytes.get(at)? {
+            0x2c => return Some(transparent),
+            0x21 => {
+                let label = *bytes.get(at + 1)?;
+                at += 2;
+                let first = at;
+                // Sub-blocks up to the empty one.
+                loop {
+                    let len = usize::from(*bytes.get(at)?);
+                    at += 1 + len;
+                    if len == 0 {
+                        break;
+                    }
+                }
+                let block = bytes.get(first + 1..first + 1 + usize::from(bytes[first]))?;
+                if label == 0xf9 && block.len() >= 4 && block[0] & 1 != 0 {
+                    transparent = Some(block[3]);
+                }
+            }
+            0x3b => return None,
+            _ => at += 1, // Pillow skips a stray byte
+        }
+    }
 }
 
 /// Index to RGB, as Pillow's P (or L) image converts.
