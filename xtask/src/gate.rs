@@ -8,8 +8,9 @@ use anyhow::{Context, bail};
 const PREREQUISITES: [(&str, &str); 4] = [
     ("command -v redis-server", "redis-server"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
+    // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
     (
-        "ldconfig -p | grep -q 'libturbojpeg.so.0 '",
+        "{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libturbojpeg.so.0 '",
         "libturbojpeg0",
     ),
     ("python3 -c 'import ensurepip, venv'", "python3-venv"),
