@@ -353,6 +353,38 @@ mod tests {
     }
 
     #[test]
+    fn deepseek_harness_header_between_codex_and_opencode() {
+        // Dynamo main's agents.rs: ... thread-id, x-deepseek-harness-session-id, x-session-id.
+        let pick = |pairs: &[(&str, &str)]| {
+            scope_from_pairs(pairs.iter().copied()).map(|s| s.as_str().to_owned())
+        };
+        let deepseek = "x-deepseek-harness-session-id";
+        assert_eq!(pick(&[(deepseek, " ds ")]), Some("ds".into()));
+        assert_eq!(
+            pick(&[
+                ("x-session-id", "o"),
+                ("X-DeepSeek-Harness-Session-Id", "ds")
+            ]),
+            Some("ds".into())
+        );
+        assert_eq!(
+            pick(&[(deepseek, "ds"), ("thread-id", "t")]),
+            Some("t".into())
+        );
+        // Blank or non-ASCII falls through to OpenCode's header.
+        assert_eq!(
+            pick(&[(deepseek, "  "), ("x-session-id", "o")]),
+            Some("o".into())
+        );
+        let mut map = http::HeaderMap::new();
+        map.append("x-session-id", http::HeaderValue::from_static("o"));
+        map.append(deepseek, http::HeaderValue::from_static("ds"));
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "ds");
+        map.append("thread-id", http::HeaderValue::from_static("t"));
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "t");
+    }
+
+    #[test]
     fn header_map_matches_pairs() {
         let mut map = http::HeaderMap::new();
         map.append("Thread-Id", http::HeaderValue::from_static("t"));
