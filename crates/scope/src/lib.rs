@@ -29,7 +29,9 @@
 //! # Rules
 //!
 //! - Headers, in order: `x-dynamo-session-id`; `x-claude-code-session-id` (replaced by a usable
-//!   `x-claude-code-agent-id`: a child agent is its own scope); `thread-id`; `x-session-id`.
+//!   `x-claude-code-agent-id`: a child agent is its own scope); `thread-id` (Codex);
+//!   `x-deepseek-harness-session-id` (DeepSeek harness); `x-session-id` (OpenCode), as Dynamo's
+//!   `lib/llm/src/protocols/agents.rs` reads them.
 //! - Names match case-insensitively; the first value of a header is used; the value is trimmed.
 //! - A value that is absent, blank, longer than [`MAX_SCOPE_LEN`] bytes, or holds anything but
 //!   printable ASCII (`0x20..=0x7E`) is unusable and falls through to the next header.
@@ -46,10 +48,11 @@ pub const MAX_SCOPE_LEN: usize = 256;
 
 /// Session headers in precedence order (lowercase). The Claude Code agent id is handled
 /// together with the Claude Code session id; see [`CLAUDE_CODE_AGENT_HEADER`].
-pub const SESSION_HEADERS: [&str; 4] = [
+pub const SESSION_HEADERS: [&str; 5] = [
     "x-dynamo-session-id",
     "x-claude-code-session-id",
     "thread-id",
+    "x-deepseek-harness-session-id",
     "x-session-id",
 ];
 
@@ -128,7 +131,7 @@ where
     N: AsRef<str>,
     V: AsRef<[u8]>,
 {
-    let mut firsts: [Option<V>; 5] = [None, None, None, None, None];
+    let mut firsts: [Option<V>; SESSION_HEADERS.len() + 1] = std::array::from_fn(|_| None);
     for (name, value) in headers {
         if let Some(i) = header_slot(name.as_ref(), true) {
             firsts[i].get_or_insert(value);
@@ -426,6 +429,7 @@ mod tests {
             "x-claude-code-session-id",
             "x-claude-code-agent-id",
             "thread-id",
+            "x-deepseek-harness-session-id",
             "x-session-id",
         ];
         let values = ["", "  ", "a", " b ", "caf\u{e9}", "c d", "z"];
