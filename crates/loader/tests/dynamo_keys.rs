@@ -56,7 +56,7 @@ async fn spellings_dynamo_keys_alike_are_one_download() {
 async fn concurrent_spellings_join_one_load() {
     let origin = TestOrigin::start();
     let slow = Route::Delay(
-        Duration::from_millis(300),
+        Duration::from_secs(1),
         Box::new(Route::ok(images::png(8, 8, 3))),
     );
     // The download uses the URL as given: `…?#` asks the origin for `/slow.png?`.
@@ -73,8 +73,11 @@ async fn concurrent_spellings_join_one_load() {
         sources.push(load.await.unwrap().unwrap());
     }
     assert_eq!(origin.total_hits(), 1, "{sources:?}");
-    let joined = sources.iter().filter(|s| **s == Source::Inflight).count();
-    assert_eq!(joined, 3, "{sources:?}");
+    // One load went to the origin; the others joined it (or, on a stalled machine, found its
+    // result in memory).
+    let count = |source| sources.iter().filter(|s| **s == source).count();
+    assert_eq!(count(Source::Origin), 1, "{sources:?}");
+    assert!(count(Source::Inflight) >= 1, "{sources:?}");
 }
 
 /// A scratch directory, removed on drop.

@@ -21,8 +21,8 @@
 //! assert!(id.as_str().starts_with("fa57a52d"));
 //! assert!(CacheIdentity::resolve(true, "https://example.com/img.png", None).is_none());
 //!
-//! // Unscoped mode: the URL exactly as given.
-//! let id = CacheIdentity::resolve(false, "https://example.com/img.png", Some(&scope)).unwrap();
+//! // Unscoped mode: the URL as ai-dynamo 1.6.1 keys it (scheme and host lowercased, no fragment).
+//! let id = CacheIdentity::resolve(false, "HTTPS://Example.com/img.png#x", Some(&scope)).unwrap();
 //! assert_eq!(id.as_str(), "https://example.com/img.png");
 //! ```
 //!
@@ -36,11 +36,17 @@
 //! - A value that is absent, blank, longer than [`MAX_SCOPE_LEN`] bytes, or holds anything but
 //!   printable ASCII (`0x20..=0x7E`) is unusable and falls through to the next header.
 //! - Scoping partitions caches; it is **not** authentication.
+//! - The URL part of an identity is ai-dynamo 1.6.1's key of the URL ([`dynamo_url_key`]), so
+//!   Python and Rust workers of one fleet share entries.
 
 use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+mod url_key;
+
+pub use url_key::dynamo_url_key;
 
 /// Longest usable scope, in bytes after trimming. Longer values are treated as absent, so a
 /// hostile header costs one length check.
@@ -179,24 +185,27 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
     None
 }
 
-/// The key of one image in every cache: the URL exactly as given (no normalisation), prefixed by
-/// the scope digest and `:` in scoped mode.
+/// The key of one image in every cache (memory, in flight, disk, shared): the URL keyed as
+/// ai-dynamo 1.6.1 keys it ([`dynamo_url_key`]: scheme and host lowercased, fragment dropped,
+/// the rest as given), prefixed by the scope digest and `:` in scoped mode. The download still
+/// uses the URL as given.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CacheIdentity(Arc<str>);
 
 impl CacheIdentity {
-    /// The identity of `url` outside session scoping.
+    /// The identity of `url` outside session scoping: `dynamo_url_key(url)`.
     pub fn unscoped(url: &str) -> Self {
-        Self(Arc::from(url))
+        Self(Arc::from(dynamo_url_key(url)))
     }
 
-    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + url`.
+    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + dynamo_url_key(url)`.
     pub fn scoped(scope: &Scope, url: &str) -> Self {
         let digest = scope.digest();
-        let mut s = String::with_capacity(digest.0.len() + 1 + url.len());
+        let key = dynamo_url_key(url);
+        let mut s = String::with_capacity(digest.0.len() + 1 + key.len());
         s.push_str(digest.as_str());
         s.push(':');
-        s.push_str(url);
+        s.push_str(&key);
         Self(Arc::from(s))
     }
 
