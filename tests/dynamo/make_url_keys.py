@@ -87,6 +87,7 @@ CASES = [
     ("trailing-space-kept", "https://Example.com/a.png "),
     ("space-in-path", "https://example.com/a b.png"),
     ("backslash", "https://Example.com\\A.png"),
+    ("backslash-in-path", "https://Example.com/A\\B.png"),
     ("delete-char", "https://Example.com/a\x7f.png"),
     ("scheme-relative", "//Example.com/a.png#f"),
     ("other-scheme", "FTP://Example.com/a.png#f"),

@@ -181,3 +181,23 @@ async fn a_mixed_fleet_shares_entries_whatever_the_spelling() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_backslash_path_keeps_its_case() {
+    // `urlsplit` reads `h\A.png` as the host, so Dynamo's rule alone would lowercase it; our
+    // downloader (as a browser) reads `\` as `/`: two images, which must not share a key.
+    let origin = TestOrigin::start();
+    origin.set("/A.png", Route::ok(images::png(4, 2, 30)));
+    origin.set("/a.png", Route::ok(images::png(2, 4, 31)));
+    let port = origin.addr().port();
+    let loader = Loader::builder().allow_internal(true).build().unwrap();
+    let upper = format!("http://localhost:{port}\\A.png");
+    let lower = format!("http://localhost:{port}\\a.png");
+    assert_eq!(loader.load(&upper, None).await.unwrap().width(), 4);
+    assert_eq!(
+        loader.load(&lower, None).await.unwrap().width(),
+        2,
+        "{lower}"
+    );
+    assert_eq!((origin.hits("/A.png"), origin.hits("/a.png")), (1, 1));
+}

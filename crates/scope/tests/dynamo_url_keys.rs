@@ -90,6 +90,11 @@ fn rows(table: &str) -> Vec<Row> {
         .collect()
 }
 
+/// Rows whose key differs from Dynamo's on purpose, with ours. `backslash`: `urlsplit` reads
+/// `Example.com\A.png` as the host (which Dynamo cannot fetch, so it never caches it) and
+/// lowercases it; our downloader reads `\` as `/`, and `\A.png` and `\a.png` are two images.
+const DELIBERATE: [(&str, &str); 1] = [("backslash", "https://example.com\\A.png")];
+
 #[test]
 fn our_keys_are_dynamo_s() {
     let rows = rows(TABLE);
@@ -100,11 +105,17 @@ fn our_keys_are_dynamo_s() {
     for row in &rows {
         let ours = CacheIdentity::unscoped(&row.url);
         let scoped = CacheIdentity::scoped(&scope, &row.url);
-        match &row.key {
+        let deliberate = DELIBERATE.iter().find(|(name, _)| *name == row.name);
+        let key = match (deliberate, &row.key) {
+            (Some((_, ours)), Ok(_)) => Ok(ours.to_string()),
+            (Some(_), Err(e)) => panic!("{}: Dynamo no longer keys it ({e})", row.name),
+            (None, key) => key.clone(),
+        };
+        match &key {
             Ok(key) => {
                 if ours.as_str() != key {
                     wrong.push(format!(
-                        "{}: {:?} -> ours {:?}, Dynamo's {:?}",
+                        "{}: {:?} -> ours {:?}, expected {:?}",
                         row.name,
                         row.url,
                         ours.as_str(),
@@ -273,6 +284,9 @@ fn random_urls_key_as_dynamo_does() {
         let Ok(key) = key_field(key) else {
             continue; // Python raised: Dynamo refuses the URL, nothing to share
         };
+        if url.contains('\\') {
+            continue; // may be the deliberate difference (see DELIBERATE); the table covers it
+        }
         compared += 1;
         let ours = CacheIdentity::unscoped(url);
         if ours.as_str() != key {
