@@ -8,7 +8,8 @@
 //! URL parser would add `/` to an empty path, drop default ports, resolve `..` and
 //! percent-encode, each of which would change keys the fleet already holds).
 //!
-//! Where Python raises instead (an unbalanced or invalid `[...]` host, a host whose NFKC form
+//! The one deliberate difference: a backslash in the authority, which Dynamo cannot fetch
+//! (see `push_netloc`). Where Python raises instead (an unbalanced or invalid `[...]` host, a host whose NFKC form
 //! holds `/?#@:`), Dynamo refuses the URL before keying it; here the same steps run without the
 //! check, so any string gives a key. The vectors in `tests/dynamo_url_keys.tsv` come from
 //! Dynamo's own function (`tests/dynamo/make_url_keys.py`).
@@ -106,7 +107,19 @@ fn split_scheme(url: &str) -> (Cow<'_, str>, &str) {
 
 /// Dynamo's netloc rule: userinfo (up to the last `@`) as given; a `[...]` host lowercased up
 /// to its `%` zone id, the port after `]` as given; any other host-and-port lowercased.
+///
+/// One deliberate difference: a backslash ends the authority for our downloader (as for
+/// browsers), not for `urlsplit`. Python would lowercase what follows it, so
+/// `https://h\A.png` and `https://h\a.png`, two paths for us, would share a key. Dynamo never
+/// caches such a URL (its host would be `h\a.png`, which does not resolve), so there is no key
+/// to share: the rule applies up to the first backslash and the rest stays as given.
 fn push_netloc(out: &mut String, netloc: &str) {
+    let (netloc, after_backslash) = netloc.split_at(netloc.find('\\').unwrap_or(netloc.len()));
+    push_authority(out, netloc);
+    out.push_str(after_backslash);
+}
+
+fn push_authority(out: &mut String, netloc: &str) {
     let (userinfo, hostport) = match netloc.rfind('@') {
         Some(at) => netloc.split_at(at + 1),
         None => ("", netloc),
@@ -176,5 +189,14 @@ mod tests {
         assert_eq!(dynamo_url_key("http://[FE80::A/p"), "http://[fe80::a/p");
         assert_eq!(dynamo_url_key("http://A@B@C/p"), "http://A@B@c/p");
         assert_eq!(dynamo_url_key("http://Ü.de?#"), "http://ü.de");
+        // A backslash ends the host for the downloader: what follows keeps its case.
+        assert_eq!(
+            dynamo_url_key("https://U@Ex.com\\A@B/C"),
+            "https://U@ex.com\\A@B/C"
+        );
+        assert_ne!(
+            dynamo_url_key("https://h\\A.png"),
+            dynamo_url_key("https://h\\a.png")
+        );
     }
 }
