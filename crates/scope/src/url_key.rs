@@ -8,11 +8,11 @@
 //! URL parser would add `/` to an empty path, drop default ports, resolve `..` and
 //! percent-encode, each of which would change keys the fleet already holds).
 //!
-//! The one deliberate difference: a backslash in the authority, which Dynamo cannot fetch
-//! (see `push_netloc`). Where Python raises instead (an unbalanced or invalid `[...]` host, a host whose NFKC form
-//! holds `/?#@:`), Dynamo refuses the URL before keying it; here the same steps run without the
-//! check, so any string gives a key. The vectors in `tests/dynamo_url_keys.tsv` come from
-//! Dynamo's own function (`tests/dynamo/make_url_keys.py`).
+//! One deliberate difference: a backslash after the host, in a URL Dynamo cannot fetch (see
+//! `push_netloc`). Where Python raises instead (an unbalanced or invalid `[...]` host, a host
+//! whose NFKC form holds `/?#@:`), Dynamo refuses the URL before keying it; here the same steps
+//! run without the check, so any string gives a key. The vectors in `tests/dynamo_url_keys.tsv`
+//! come from Dynamo's own function (`tests/dynamo/make_url_keys.py`).
 
 use std::borrow::Cow;
 
@@ -31,7 +31,8 @@ const USES_NETLOC: [&str; 25] = [
 
 /// The key ai-dynamo 1.6.1 gives `url` (its `_normalize_http_url_key`): scheme and host
 /// lowercased, an IPv6 zone id kept as is, the fragment dropped, an empty query dropped, and
-/// everything else (userinfo, port, path, query, percent-escapes, `..`) as given.
+/// everything else (userinfo, port, path, query, percent-escapes, `..`) as given. Leading
+/// control characters and spaces, and every tab, CR and LF, go first, as in `urlsplit`.
 ///
 /// Total: any string gives a key, without panicking.
 ///
