@@ -409,6 +409,31 @@ def test_cache_key_preserves_url_path_and_query_case(origin, path, shared_env):
     assert shared_env.client.get(shared_key(u1)) != shared_env.client.get(shared_key(u2))
 
 
+@pytest.mark.parametrize("spelling", ["HTTP://localhost:{port}{p}", "http://LocalHost:{port}{p}",
+                                      "http://localhost:{port}{p}#frag",
+                                      "http://localhost:{port}{p}?#"])
+def test_mixed_fleet_shares_keys_dynamo_normalises(origin, path, shared_env, spelling):
+    # ai-dynamo 1.6.1 keys _normalize_http_url_key(url): scheme and host lowercased, fragment and
+    # an empty ? dropped. A Dynamo worker's entry for the plain URL is a hit for any spelling,
+    # and what ours writes for a spelling is at the plain URL's key.
+    port = origin.base.rsplit(":", 1)[1]
+    p = path()
+    data = png(5, 3, seed=13)
+    shared_env.client.set(shared_key(f"http://localhost:{port}{p}"), data, ex=60)
+    url = spelling.format(port=port, p=p)
+    assert run(ImageLoader().load_image(url)).tobytes() == pixels_of(data)
+    assert origin.count(p) == 0 and origin.count(p + "?") == 0
+
+    p = path()
+    data = png(3, 5, seed=14)
+    origin.image(p, data)
+    origin.image(p + "?", data)  # the download uses the URL as given
+    loader = ImageLoader()
+    run(loader.load_image(spelling.format(port=port, p=p)))
+    assert loader.loader.flush(5.0)
+    assert shared_env.client.get(shared_key(f"http://localhost:{port}{p}")) == data
+
+
 def test_session_scoped_cache_partitions_local_and_shared_keys(origin, path, shared_env):
     p = path()
     url = origin.image(p, png(4, 4))

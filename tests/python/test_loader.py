@@ -403,6 +403,11 @@ def test_scope_from_headers_follows_the_precedence():
                                        ("x-claude-code-agent-id", "child")]) == "child"
     assert mmcache.scope_from_headers({"thread-id": b"codex"}) == "codex"
     assert mmcache.scope_from_headers({"x-dynamo-session-id": "   ", "x-session-id": "o"}) == "o"
+    # DeepSeek harness: after Codex's thread-id, before OpenCode's x-session-id.
+    assert mmcache.scope_from_headers({"x-session-id": "o",
+                                       "X-DeepSeek-Harness-Session-Id": " ds "}) == "ds"
+    assert mmcache.scope_from_headers({"x-deepseek-harness-session-id": "ds",
+                                       "thread-id": "t"}) == "t"
     assert mmcache.scope_from_headers({"x-dynamo-session-id": b"\xff"}) is None
     assert mmcache.scope_from_headers({}) is None
     # ASGI gives raw (bytes, bytes) pairs.

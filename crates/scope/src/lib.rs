@@ -21,24 +21,32 @@
 //! assert!(id.as_str().starts_with("fa57a52d"));
 //! assert!(CacheIdentity::resolve(true, "https://example.com/img.png", None).is_none());
 //!
-//! // Unscoped mode: the URL exactly as given.
-//! let id = CacheIdentity::resolve(false, "https://example.com/img.png", Some(&scope)).unwrap();
+//! // Unscoped mode: the URL as ai-dynamo 1.6.1 keys it (scheme and host lowercased, no fragment).
+//! let id = CacheIdentity::resolve(false, "HTTPS://Example.com/img.png#x", Some(&scope)).unwrap();
 //! assert_eq!(id.as_str(), "https://example.com/img.png");
 //! ```
 //!
 //! # Rules
 //!
 //! - Headers, in order: `x-dynamo-session-id`; `x-claude-code-session-id` (replaced by a usable
-//!   `x-claude-code-agent-id`: a child agent is its own scope); `thread-id`; `x-session-id`.
+//!   `x-claude-code-agent-id`: a child agent is its own scope); `thread-id` (Codex);
+//!   `x-deepseek-harness-session-id` (DeepSeek harness); `x-session-id` (OpenCode), as Dynamo's
+//!   `lib/llm/src/protocols/agents.rs` reads them.
 //! - Names match case-insensitively; the first value of a header is used; the value is trimmed.
 //! - A value that is absent, blank, longer than [`MAX_SCOPE_LEN`] bytes, or holds anything but
 //!   printable ASCII (`0x20..=0x7E`) is unusable and falls through to the next header.
 //! - Scoping partitions caches; it is **not** authentication.
+//! - The URL part of an identity is ai-dynamo 1.6.1's key of the URL ([`dynamo_url_key`]), so
+//!   Python and Rust workers of one fleet share entries.
 
 use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+mod url_key;
+
+pub use url_key::dynamo_url_key;
 
 /// Longest usable scope, in bytes after trimming. Longer values are treated as absent, so a
 /// hostile header costs one length check.
@@ -46,10 +54,11 @@ pub const MAX_SCOPE_LEN: usize = 256;
 
 /// Session headers in precedence order (lowercase). The Claude Code agent id is handled
 /// together with the Claude Code session id; see [`CLAUDE_CODE_AGENT_HEADER`].
-pub const SESSION_HEADERS: [&str; 4] = [
+pub const SESSION_HEADERS: [&str; 5] = [
     "x-dynamo-session-id",
     "x-claude-code-session-id",
     "thread-id",
+    "x-deepseek-harness-session-id",
     "x-session-id",
 ];
 
@@ -128,7 +137,7 @@ where
     N: AsRef<str>,
     V: AsRef<[u8]>,
 {
-    let mut firsts: [Option<V>; 5] = [None, None, None, None, None];
+    let mut firsts: [Option<V>; SESSION_HEADERS.len() + 1] = std::array::from_fn(|_| None);
     for (name, value) in headers {
         if let Some(i) = header_slot(name.as_ref(), true) {
             firsts[i].get_or_insert(value);
@@ -176,24 +185,27 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
     None
 }
 
-/// The key of one image in every cache: the URL exactly as given (no normalisation), prefixed by
-/// the scope digest and `:` in scoped mode.
+/// The key of one image in every cache (memory, in flight, disk, shared): the URL keyed as
+/// ai-dynamo 1.6.1 keys it ([`dynamo_url_key`]: scheme and host lowercased, fragment dropped,
+/// the rest as given), prefixed by the scope digest and `:` in scoped mode. The download still
+/// uses the URL as given.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CacheIdentity(Arc<str>);
 
 impl CacheIdentity {
-    /// The identity of `url` outside session scoping.
+    /// The identity of `url` outside session scoping: `dynamo_url_key(url)`.
     pub fn unscoped(url: &str) -> Self {
-        Self(Arc::from(url))
+        Self(Arc::from(dynamo_url_key(url)))
     }
 
-    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + url`.
+    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + dynamo_url_key(url)`.
     pub fn scoped(scope: &Scope, url: &str) -> Self {
         let digest = scope.digest();
-        let mut s = String::with_capacity(digest.0.len() + 1 + url.len());
+        let key = dynamo_url_key(url);
+        let mut s = String::with_capacity(digest.0.len() + 1 + key.len());
         s.push_str(digest.as_str());
         s.push(':');
-        s.push_str(url);
+        s.push_str(&key);
         Self(Arc::from(s))
     }
 
@@ -353,6 +365,38 @@ mod tests {
     }
 
     #[test]
+    fn deepseek_harness_header_between_codex_and_opencode() {
+        // Dynamo main's agents.rs: ... thread-id, x-deepseek-harness-session-id, x-session-id.
+        let pick = |pairs: &[(&str, &str)]| {
+            scope_from_pairs(pairs.iter().copied()).map(|s| s.as_str().to_owned())
+        };
+        let deepseek = "x-deepseek-harness-session-id";
+        assert_eq!(pick(&[(deepseek, " ds ")]), Some("ds".into()));
+        assert_eq!(
+            pick(&[
+                ("x-session-id", "o"),
+                ("X-DeepSeek-Harness-Session-Id", "ds")
+            ]),
+            Some("ds".into())
+        );
+        assert_eq!(
+            pick(&[(deepseek, "ds"), ("thread-id", "t")]),
+            Some("t".into())
+        );
+        // Blank or non-ASCII falls through to OpenCode's header.
+        assert_eq!(
+            pick(&[(deepseek, "  "), ("x-session-id", "o")]),
+            Some("o".into())
+        );
+        let mut map = http::HeaderMap::new();
+        map.append("x-session-id", http::HeaderValue::from_static("o"));
+        map.append(deepseek, http::HeaderValue::from_static("ds"));
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "ds");
+        map.append("thread-id", http::HeaderValue::from_static("t"));
+        assert_eq!(scope_from_headers(&map).unwrap().as_str(), "t");
+    }
+
+    #[test]
     fn header_map_matches_pairs() {
         let mut map = http::HeaderMap::new();
         map.append("Thread-Id", http::HeaderValue::from_static("t"));
@@ -394,6 +438,7 @@ mod tests {
             "x-claude-code-session-id",
             "x-claude-code-agent-id",
             "thread-id",
+            "x-deepseek-harness-session-id",
             "x-session-id",
         ];
         let values = ["", "  ", "a", " b ", "caf\u{e9}", "c d", "z"];
