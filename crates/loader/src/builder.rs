@@ -333,6 +333,8 @@ impl LoaderBuilder {
                 disk,
                 decoded,
                 inflight: DashMap::new(),
+                fill_locks: DashMap::new(),
+                background: Default::default(),
                 memory_hits,
                 metrics: metrics::Handles::new(),
             }),

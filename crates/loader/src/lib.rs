@@ -45,6 +45,7 @@
 //!
 //! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
 
+mod background;
 mod budget;
 mod builder;
 mod config;
@@ -65,6 +66,7 @@ use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::SharedCache;
 use tokio::sync::watch;
 
+use crate::background::Background;
 use crate::budget::DecodeBudget;
 use crate::hedge::Hedge;
 
@@ -138,6 +140,11 @@ struct Inner {
     budget: DecodeBudget,
     hedge: Arc<Hedge>,
     inflight: DashMap<[u8; 32], InflightSlot>,
+    /// Disk-tier fill locks held by loads in flight, keyed as `inflight`: the entry's write
+    /// takes its lock over and releases it once the entry is written.
+    fill_locks: DashMap<[u8; 32], mmcache_disk_cache::FillLock>,
+    /// Disk-tier writes on their way (they leave the load's path).
+    background: Arc<Background>,
     memory_hits: ::metrics::Counter,
     metrics: metrics::Handles,
 }
@@ -201,13 +208,20 @@ impl Loader {
         self.inner.shared.as_ref()
     }
 
-    /// Waits, at most `deadline`, for queued shared-cache writes (write-behind) to finish.
-    /// Returns whether everything was written. Call it before the process exits.
+    /// Waits, at most `deadline`, for the writes still on their way: disk-tier entries (written
+    /// in the background, off the load's path) and shared-cache SETs (left to the background
+    /// or queued by write-behind). Returns whether everything was written. Call it before the
+    /// process exits.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
-        match &self.inner.shared {
-            Some(shared) => shared.flush(deadline).await,
-            None => true,
-        }
+        let disk = self.inner.background.wait_idle(deadline);
+        let shared = async {
+            match &self.inner.shared {
+                Some(shared) => shared.flush(deadline).await,
+                None => true,
+            }
+        };
+        let (disk, shared) = tokio::join!(disk, shared);
+        disk && shared
     }
 
     /// Loads `url` within `scope` and returns the decoded image.
@@ -331,7 +345,7 @@ impl Loader {
     /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
     /// cancelled caller never cancels the load other callers wait for.
     async fn join_or_start(&self, identity: CacheIdentity, url: &str) -> (Outcome, bool) {
-        let key = *blake3::hash(identity.as_str().as_bytes()).as_bytes();
+        let key = inflight_key(&identity);
         let (mut rx, joined) = match self.inner.inflight.entry(key) {
             dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
             dashmap::Entry::Vacant(slot) => {
@@ -362,6 +376,11 @@ impl Loader {
         };
         (outcome, joined)
     }
+}
+
+/// The key of `identity` in the in-flight and fill-lock maps.
+fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
+    *blake3::hash(identity.as_str().as_bytes()).as_bytes()
 }
 
 /// Removes an identity from the in-flight map when dropped.
