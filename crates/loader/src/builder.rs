@@ -238,6 +238,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// Overall deadline of a load (`MMCACHE_LOAD_TIMEOUT_SECS`); `None` derives it from the
+    /// origin timeout, the decode wait and the lease wait (see [`Config::load_timeout`]).
+    pub fn load_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.load_timeout = timeout;
+        self
+    }
+
+    /// Bytes all downloads in flight may hold together (`MMCACHE_DOWNLOAD_MEMORY_BYTES`).
+    pub fn download_memory_bytes(mut self, bytes: u64) -> Self {
+        self.config.download_memory_bytes = bytes;
+        self
+    }
+
     /// Validates and builds. Does no network I/O: the shared cache connects on first use.
     ///
     /// # Errors

@@ -72,8 +72,8 @@ use crate::hedge::Hedge;
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
-    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DiskSettings, LeaseSettings,
-    SharedCacheSettings, env,
+    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
+    DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::hedge::{HedgeSettings, HedgeStats};
@@ -249,7 +249,10 @@ impl Loader {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
             self.inner.metrics.bypass().increment(1);
             let started = Instant::now();
-            let result = self.inner.fetch_and_decode(url).await;
+            let result = self
+                .inner
+                .within_deadline(self.inner.fetch_and_decode(url))
+                .await;
             self.inner.observe(Source::Origin, started);
             return self.inner.record(
                 Source::Origin,
@@ -356,7 +359,7 @@ impl Loader {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let outcome = inner.fill(&identity, &url).await;
+                    let outcome = inner.within_deadline(inner.fill(&identity, &url)).await;
                     if let Ok((image, _, _)) = &outcome {
                         inner.decoded.insert(&identity, image.clone());
                     }
@@ -375,6 +378,26 @@ impl Loader {
             Err(_) => Err(Error::Internal("load task ended without a result".into())),
         };
         (outcome, joined)
+    }
+}
+
+impl Inner {
+    /// Runs a load's work within the load deadline. At the deadline the work is dropped where
+    /// it waits (its download is cut; a decode already on the blocking pool runs to its end and
+    /// then frees its budget; the disk fill lock is released; a stampede lease is left to
+    /// expire) and the load fails with [`Error::LoadTimeout`], which every waiter gets.
+    async fn within_deadline<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let deadline = self.config.load_timeout();
+        match tokio::time::timeout(deadline, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.metrics.load_timeouts().increment(1);
+                Err(Error::LoadTimeout { after: deadline })
+            }
+        }
     }
 }
 

@@ -68,3 +68,67 @@ async fn a_hung_origin_gives_every_waiter_408_at_the_load_deadline_and_frees_the
     assert_eq!(next.source, Source::Origin);
     assert_eq!(origin.hits("/hang.png"), 2);
 }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_deadline_outlasts_the_origin_timeout_and_the_decode_wait() {
+    let defaults = Config::default();
+    let origin_and_decode = defaults.origin_timeout + defaults.decode_wait;
+    assert!(
+        defaults.load_timeout() >= origin_and_decode,
+        "default load deadline {:?} < origin timeout + decode wait {origin_and_decode:?}",
+        defaults.load_timeout()
+    );
+    // Derived: a longer origin timeout or a lease wait lengthens the default with it.
+    let mut longer = Config::default();
+    longer.origin_timeout = Duration::from_secs(120);
+    longer.shared.lease.enabled = true;
+    assert!(
+        longer.load_timeout()
+            >= longer.origin_timeout + longer.decode_wait + longer.shared.lease.wait
+    );
+
+    // A slow but healthy origin (3 s before it answers) with every default: the load succeeds.
+    let origin = TestOrigin::start();
+    origin.set(
+        "/slow.png",
+        Route::Delay(
+            Duration::from_secs(3),
+            Box::new(Route::ok(images::png(32, 32, 2))),
+        ),
+    );
+    let loader = from_vars(&[]).build().unwrap();
+    assert_eq!(loader.config().load_timeout(), defaults.load_timeout());
+    let loaded = loader
+        .load_detailed(&origin.url("/slow.png"), None)
+        .await
+        .unwrap();
+    assert_eq!(loaded.source, Source::Origin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_deadline_releases_the_disk_fill_lock() {
+    let dir = std::env::temp_dir().join(format!("mmcache-load-timeout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let origin = TestOrigin::start();
+    origin.set("/hang.png", Route::Hang);
+    let url = origin.url("/hang.png");
+    let dir_var = dir.display().to_string();
+    let loader = from_vars(&[
+        ("MMCACHE_LOAD_TIMEOUT_SECS", "1"),
+        ("MMCACHE_DISK_CACHE_DIR", &dir_var),
+    ])
+    .build()
+    .unwrap();
+    let err = loader.load(&url, None).await.unwrap_err();
+    assert_eq!(err.http_status(), 408, "{err}");
+
+    // The dropped fill held the entry's lock file; had it kept it, this load would wait for
+    // it (the origin timeout + decode wait: 60 s) before filling the entry itself.
+    origin.set("/hang.png", Route::ok(images::png(16, 16, 3)));
+    let next = loader
+        .load_detailed(&url, None)
+        .await
+        .expect("within its own 1 s deadline: the lock was free");
+    assert_eq!(next.source, Source::Origin);
+    assert!(loader.shutdown(Duration::from_secs(30)).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
