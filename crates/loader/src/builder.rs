@@ -273,6 +273,12 @@ impl LoaderBuilder {
         origin_config.max_body_bytes = config.max_file_size_bytes;
         origin_config.connect_timeout = config.origin_connect_timeout;
         origin_config.timeout = config.origin_timeout;
+        // One budget for every body this loader downloads; a wait for it is bounded like the
+        // decode budget's (and by the fetch deadline, which covers the whole body).
+        origin_config.download_budget = Some(mmcache_origin::DownloadBudget::new(
+            config.download_memory_bytes,
+            config.decode_wait,
+        ));
         let origin = Origin::new(origin_config).map_err(|e| ConfigError::Origin(e.to_string()))?;
         let shared = match (&config.shared.enabled, &config.shared.url) {
             (true, Some(url)) => {

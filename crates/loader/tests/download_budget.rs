@@ -62,6 +62,10 @@ async fn concurrent_downloads_stay_within_the_download_budget() {
         assert_eq!(err.http_status(), 415, "{err}");
     }
     let peak = peak_since(base);
+    eprintln!(
+        "peak of live allocations: {:.1} MiB",
+        peak as f64 / MIB as f64
+    );
     // Sixteen at once would hold 64 MB (and up to twice that while buffers double). The
     // budget admits about four; the slack covers the HTTP client's read buffers, the
     // runtime and a body being handed from one load to the next.
@@ -71,4 +75,22 @@ async fn concurrent_downloads_stay_within_the_download_budget() {
         peak / MIB,
         budget / MIB
     );
+
+    // A body announced larger than a download may reserve (half the budget) is refused at
+    // once with 413; so is a chunked body that grows past what the budget allows.
+    let big = Arc::new(vec![0x5au8; 10 * MIB]);
+    origin.set(
+        "/too-big",
+        Route::Body {
+            status: 200,
+            content_type: "application/octet-stream".into(),
+            body: big.clone(),
+        },
+    );
+    origin.set("/too-big-chunked", Route::Chunked(big));
+    for path in ["/too-big", "/too-big-chunked"] {
+        let err = loader.load(&origin.url(path), None).await.unwrap_err();
+        assert_eq!(err.http_status(), 413, "{path}: {err}");
+        assert!(err.is_too_large(), "{path}: {err}");
+    }
 }
