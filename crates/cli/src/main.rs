@@ -133,6 +133,9 @@ fn load(args: LoadArgs) -> ExitCode {
 }
 
 /// Loads every URL in order; returns whether all succeeded.
+/// How long `load` waits, before it exits, for cache writes still on their way.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn run(args: LoadArgs) -> anyhow::Result<bool> {
     let metrics = install_metrics()?;
     let loader = Loader::from_env()?;
@@ -187,6 +190,10 @@ async fn run(args: LoadArgs) -> anyhow::Result<bool> {
                 }
             }
         }
+    }
+    // Writes left to the background (disk-tier entries, shared-cache SETs) land before exit.
+    if !loader.shutdown(SHUTDOWN_WAIT).await {
+        eprintln!("mmcache: some cache writes did not finish within {SHUTDOWN_WAIT:?}");
     }
     if args.metrics {
         println!("{}", metrics.render());

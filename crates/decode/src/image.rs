@@ -356,7 +356,8 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
     let invalid = |reason: String| refusal(format, reason);
     let (width, height, headers, unbacked) = match format {
         ImageFormat::Jpeg => {
-            let (h, unbacked) = jpeg::inspect(bytes).map_err(invalid)?;
+            let (h, unbacked) =
+                jpeg::inspect(bytes, jpeg::max_scans(limits.jpeg)).map_err(invalid)?;
             (h.width, h.height, Headers::Jpeg(h), unbacked)
         }
         ImageFormat::Png => {

@@ -34,6 +34,20 @@ impl JpegHeader {
     }
 }
 
+/// Scans libjpeg-turbo decodes at most: its `TJFLAG_LIMITSCANS` limit, which releases before
+/// 2.1 ignore, so the probe counts them itself.
+const MAX_SCANS_LIBJPEG_TURBO: u32 = 500;
+/// Scans the pure-Rust decoder (zune-jpeg) decodes at most: its `max_scans` default.
+const MAX_SCANS_PURE_RUST: u32 = 100;
+
+/// The most scans `decoder` decodes (a file with more is a CPU bomb: real files have ~10).
+pub(crate) fn max_scans(decoder: crate::JpegDecoder) -> u32 {
+    match decoder {
+        crate::JpegDecoder::LibjpegTurbo => MAX_SCANS_LIBJPEG_TURBO,
+        crate::JpegDecoder::PureRust => MAX_SCANS_PURE_RUST,
+    }
+}
+
 /// SOFn markers that libjpeg decodes (not DHT, JPG or DAC, which share the range).
 fn is_sof(marker: u8) -> bool {
     matches!(marker, 0xc0..=0xcf) && !matches!(marker, 0xc4 | 0xc8 | 0xcc)
@@ -55,10 +69,14 @@ fn be16(bytes: &[u8], at: usize) -> Option<usize> {
     ])))
 }
 
-/// Reads the headers and every scan's extent. Errors are reasons, reported as invalid JPEG.
-/// A header whose coded data cannot back it comes back with the reason beside it, so the
-/// caller can check the pixel limit first (a refusal that says more).
-pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), String> {
+/// Reads the headers and every scan's extent, refusing a file with more than `max_scans`
+/// scans. Errors are reasons, reported as invalid JPEG. A header whose coded data cannot back
+/// it comes back with the reason beside it, so the caller can check the pixel limit first (a
+/// refusal that says more).
+pub(crate) fn inspect(
+    bytes: &[u8],
+    max_scans: u32,
+) -> Result<(JpegHeader, Option<String>), String> {
     if !bytes.starts_with(&[0xff, 0xd8]) {
         return Err("no start of image".into());
     }
@@ -155,6 +173,9 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(JpegHeader, Option<String>), Stri
                 first_scan_components = count;
             }
             scans += 1;
+            if scans > max_scans {
+                return Err(format!("unsupported: more than {max_scans} scans"));
+            }
             // Skip the entropy-coded data: it ends at the first marker that is neither a
             // stuffed zero nor a restart marker.
             let start = at;
@@ -224,7 +245,7 @@ mod tests {
     #[test]
     fn an_empty_scan_cannot_back_a_large_frame() {
         let bytes = mmcache_test_support::images::jpeg_empty_scan(10_000, 10_000);
-        let (header, unbacked) = inspect(&bytes).unwrap();
+        let (header, unbacked) = inspect(&bytes, 500).unwrap();
         assert_eq!((header.width, header.height), (10_000, 10_000));
         assert!(unbacked.unwrap().starts_with("truncated"));
     }
@@ -232,12 +253,12 @@ mod tests {
     #[test]
     fn real_files_pass_and_report_their_frame() {
         let jpeg = mmcache_test_support::images::jpeg(64, 48, 3);
-        let (h, unbacked) = inspect(&jpeg).unwrap();
+        let (h, unbacked) = inspect(&jpeg, 500).unwrap();
         assert_eq!(unbacked, None);
         assert_eq!((h.width, h.height, h.components), (64, 48, 3));
         assert!(!h.buffered);
         // Cut anywhere after the scan starts: refused.
         let sos = jpeg.windows(2).position(|w| w == [0xff, 0xda]).unwrap();
-        assert!(inspect(&jpeg[..sos + 20]).is_err());
+        assert!(inspect(&jpeg[..sos + 20], 500).is_err());
     }
 }

@@ -19,7 +19,8 @@ type Handle = *mut c_void;
 const TJPF_RGB: c_int = 0;
 const TJPF_CMYK: c_int = 11;
 const TJERR_WARNING: c_int = 0;
-/// Refuse progressive files with more than 500 scans (a CPU bomb; real files have ~10).
+/// Refuse files with more than 500 scans (a CPU bomb; real files have ~10). Releases before
+/// 2.1 ignore the flag: the probe counts scans itself (`jpeg::max_scans`).
 const TJFLAG_LIMITSCANS: c_int = 32768;
 
 /// The library names tried, in order, when no path is configured.

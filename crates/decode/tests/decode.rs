@@ -187,3 +187,36 @@ fn a_progressive_jpeg_with_a_component_never_coded_is_truncated() {
     let err = decode(&out, &limits()).unwrap_err();
     assert!(err.to_string().contains("never coded"), "{err}");
 }
+
+#[test]
+fn the_progressive_scan_limit_is_the_probes_own() {
+    use mmcache_decode::{JpegDecoder, JpegDecoderChoice, select_jpeg_decoder};
+    let turbo = select_jpeg_decoder(JpegDecoderChoice::LibjpegTurbo, None).is_ok();
+    // libjpeg-turbo's limit is 500 scans (TJFLAG_LIMITSCANS, ignored before 2.1), the
+    // pure-Rust decoder's (zune-jpeg) 100: the most each lets through decodes, one more is
+    // refused by the probe itself, before any decode memory is reserved.
+    for (decoder, most) in [
+        (JpegDecoder::LibjpegTurbo, 500),
+        (JpegDecoder::PureRust, 100),
+    ] {
+        if decoder == JpegDecoder::LibjpegTurbo && !turbo {
+            continue; // not installed here: the pure-Rust case still runs
+        }
+        let limits = DecodeLimits::default().with_jpeg_decoder(decoder);
+        let ok = images::jpeg_progressive_scans(most);
+        let probe = mmcache_decode::probe(&ok, &limits)
+            .unwrap_or_else(|e| panic!("{most} scans pass the probe with {decoder:?}: {e}"));
+        let image = mmcache_decode::decode_probed(&ok, &probe, &limits)
+            .unwrap_or_else(|e| panic!("{most} scans decode with {decoder:?}: {e}"));
+        assert_eq!((image.width(), image.height()), (8, 8));
+        assert!(image.pixels().iter().all(|&p| p == 128), "mid grey");
+
+        let bomb = images::jpeg_progressive_scans(most + 1);
+        let err = match mmcache_decode::probe(&bomb, &limits) {
+            Ok(_) => panic!("{} scans passed the probe with {decoder:?}", most + 1),
+            Err(e) => e,
+        };
+        assert_eq!(err.http_status(), 415, "{err}");
+        assert!(err.to_string().contains("scans"), "{err}");
+    }
+}

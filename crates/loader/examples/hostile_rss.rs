@@ -3,10 +3,16 @@
 //! default decode budget loads all 16 at once, then each hostile file of the decode tests once.
 //! Prints the process's peak resident memory (VmHWM) after each phase.
 //!
+//! The `downloads` phase serves 64 distinct URLs of one 60 MB body that is not an image, with
+//! `Content-Length` and then chunked, and loads each set of 64 at once with the defaults: what
+//! the download budget bounds (the bodies are refused by the probe, so no decode runs).
+//!
 //! ```sh
-//! cargo run --release -p mmcache-loader --example hostile_rss
+//! cargo run --release -p mmcache-loader --example hostile_rss             # every phase
+//! cargo run --release -p mmcache-loader --example hostile_rss -- downloads
 //! ```
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use mmcache_loader::Loader;
@@ -30,8 +36,64 @@ fn reset_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+/// 64 concurrent loads of distinct URLs serving one 60 MB non-image body, with a length and
+/// chunked, with the default settings.
+async fn downloads() -> anyhow::Result<()> {
+    const LOADS: usize = 64;
+    let origin = TestOrigin::start();
+    let body = Arc::new(vec![0x5au8; 60_000_000]);
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .decoded_cache_entries(Some(0))
+        .build()?;
+    println!("baseline peak RSS: {} MiB", peak_rss_mib());
+    for chunked in [false, true] {
+        let urls: Vec<String> = (0..LOADS)
+            .map(|i| {
+                let path = format!("/blob-{chunked}-{i}");
+                let route = if chunked {
+                    Route::Chunked(body.clone())
+                } else {
+                    Route::Body {
+                        status: 200,
+                        content_type: "application/octet-stream".into(),
+                        body: body.clone(),
+                    }
+                };
+                origin.set(&path, route);
+                origin.url(&path)
+            })
+            .collect();
+        reset_peak();
+        let started = Instant::now();
+        let tasks: Vec<_> = urls
+            .iter()
+            .map(|url| {
+                let (loader, url) = (loader.clone(), url.clone());
+                tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
+            })
+            .collect();
+        let mut statuses = std::collections::BTreeMap::new();
+        for t in tasks {
+            let status = t.await?.map_or_else(|e| e.http_status(), |_| 200);
+            *statuses.entry(status).or_insert(0) += 1;
+        }
+        println!(
+            "{LOADS} concurrent 60 MB non-image bodies ({}): statuses {statuses:?} in {:.1} s, peak RSS {} MiB",
+            if chunked { "chunked" } else { "Content-Length" },
+            started.elapsed().as_secs_f64(),
+            peak_rss_mib()
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    let phase = std::env::args().nth(1);
+    if phase.as_deref() == Some("downloads") {
+        return downloads().await;
+    }
     let origin = TestOrigin::start();
     let bombs: Vec<String> = (0..16)
         .map(|i| {
@@ -122,6 +184,9 @@ async fn main() -> anyhow::Result<()> {
             started.elapsed().as_secs_f64() * 1e3,
             peak_rss_mib()
         );
+    }
+    if phase.is_none() {
+        downloads().await?;
     }
     Ok(())
 }

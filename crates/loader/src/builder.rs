@@ -238,6 +238,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// Overall deadline of a load (`MMCACHE_LOAD_TIMEOUT_SECS`); `None` derives it from the
+    /// origin timeout, the decode wait and the lease wait (see [`Config::load_timeout`]).
+    pub fn load_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.load_timeout = timeout;
+        self
+    }
+
+    /// Bytes all downloads in flight may hold together (`MMCACHE_DOWNLOAD_MEMORY_BYTES`).
+    pub fn download_memory_bytes(mut self, bytes: u64) -> Self {
+        self.config.download_memory_bytes = bytes;
+        self
+    }
+
     /// Validates and builds. Does no network I/O: the shared cache connects on first use.
     ///
     /// # Errors
@@ -260,6 +273,12 @@ impl LoaderBuilder {
         origin_config.max_body_bytes = config.max_file_size_bytes;
         origin_config.connect_timeout = config.origin_connect_timeout;
         origin_config.timeout = config.origin_timeout;
+        // One budget for every body this loader downloads; a wait for it is bounded like the
+        // decode budget's (and by the fetch deadline, which covers the whole body).
+        origin_config.download_budget = Some(mmcache_origin::DownloadBudget::new(
+            config.download_memory_bytes,
+            config.decode_wait,
+        ));
         let origin = Origin::new(origin_config).map_err(|e| ConfigError::Origin(e.to_string()))?;
         let shared = match (&config.shared.enabled, &config.shared.url) {
             (true, Some(url)) => {
@@ -333,6 +352,8 @@ impl LoaderBuilder {
                 disk,
                 decoded,
                 inflight: DashMap::new(),
+                fill_locks: DashMap::new(),
+                background: Default::default(),
                 memory_hits,
                 metrics: metrics::Handles::new(),
             }),

@@ -15,6 +15,14 @@ use crate::hedge::HedgeSettings;
 pub const DEFAULT_DECODE_MEMORY_BYTES: u64 = 2 << 30;
 /// Default of [`Config::decode_wait`].
 pub const DEFAULT_DECODE_WAIT: Duration = Duration::from_secs(30);
+/// Default of [`Config::download_memory_bytes`]: 512 MiB, eight bodies of the largest size the
+/// default download cap allows (64 MiB) at once, so 64 concurrent downloads of 60 MB stay
+/// well under 1 GB of resident memory.
+pub const DEFAULT_DOWNLOAD_MEMORY_BYTES: u64 = 512 << 20;
+/// What the default load deadline adds to the origin timeout, the decode wait and the lease
+/// wait: DNS (bounded by the connect timeout), shared-cache round trips (bounded by their I/O
+/// timeout), disk-tier I/O and scheduling.
+pub const LOAD_TIMEOUT_SLACK: Duration = Duration::from_secs(30);
 /// Upper bound of [`Config::decode_wait`].
 const MAX_DECODE_WAIT: Duration = Duration::from_secs(3600);
 /// Upper bound of [`Config::decode_concurrency`].
@@ -103,8 +111,15 @@ pub mod env {
     /// Longest hedge delay (and SET wait) in ms, integer >= the minimum, <= 60000. Default 250.
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
 
+    /// Overall deadline of a load in seconds, finite, > 0 and <= 3600. Default: the origin
+    /// timeout + the decode wait + the lease wait (when the lease is on) + 30 s (90 s with the
+    /// other defaults).
+    pub const LOAD_TIMEOUT_SECS: &str = "MMCACHE_LOAD_TIMEOUT_SECS";
+    /// Bytes all downloads in flight may hold together, integer > 0. Default 512 MiB.
+    pub const DOWNLOAD_MEMORY_BYTES: &str = "MMCACHE_DOWNLOAD_MEMORY_BYTES";
+
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 36] = [
+    pub const ALL: [&str; 38] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -141,6 +156,8 @@ pub mod env {
         DISK_CACHE_DIR,
         DISK_CACHE_MAX_BYTES,
         DISK_CACHE_TTL_SECS,
+        LOAD_TIMEOUT_SECS,
+        DOWNLOAD_MEMORY_BYTES,
     ];
 }
 
@@ -288,6 +305,11 @@ pub struct Config {
     pub origin_connect_timeout: Duration,
     /// Origin overall deadline. Default 30 s.
     pub origin_timeout: Duration,
+    /// Overall deadline of a load; `None` (the default) derives it: see
+    /// [`Config::load_timeout`].
+    pub load_timeout: Option<Duration>,
+    /// Bytes all downloads in flight may hold together. Default 512 MiB.
+    pub download_memory_bytes: u64,
 }
 
 impl Default for Config {
@@ -310,11 +332,28 @@ impl Default for Config {
             decode_wait: DEFAULT_DECODE_WAIT,
             origin_connect_timeout: mmcache_origin::DEFAULT_CONNECT_TIMEOUT,
             origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
+            load_timeout: None,
+            download_memory_bytes: DEFAULT_DOWNLOAD_MEMORY_BYTES,
         }
     }
 }
 
 impl Config {
+    /// The overall deadline of a load: the one set, else the sum of the origin timeout, the
+    /// decode wait, the lease wait (when the lease is on) and [`LOAD_TIMEOUT_SLACK`], so that
+    /// on a healthy path it never fires before the deadlines it covers (90 s with the other
+    /// defaults).
+    pub fn load_timeout(&self) -> Duration {
+        self.load_timeout.unwrap_or_else(|| {
+            let lease = if self.shared.lease.enabled {
+                self.shared.lease.wait
+            } else {
+                Duration::ZERO
+            };
+            self.origin_timeout + self.decode_wait + lease + LOAD_TIMEOUT_SLACK
+        })
+    }
+
     /// Reads every variable of [`env`](mod@env) from the process environment over the defaults.
     ///
     /// # Errors
@@ -473,6 +512,12 @@ impl Config {
         }
         if let Some(v) = get(env::ORIGIN_TIMEOUT_SECS) {
             c.origin_timeout = parse_secs(env::ORIGIN_TIMEOUT_SECS, &v)?;
+        }
+        if let Some(v) = get(env::LOAD_TIMEOUT_SECS) {
+            c.load_timeout = Some(parse_secs(env::LOAD_TIMEOUT_SECS, &v)?);
+        }
+        if let Some(v) = get(env::DOWNLOAD_MEMORY_BYTES) {
+            c.download_memory_bytes = parse_positive_int(env::DOWNLOAD_MEMORY_BYTES, &v)?;
         }
         c.validate()?;
         Ok(c)
@@ -638,6 +683,23 @@ impl Config {
         }
         if self.shared.enabled && self.shared.url.is_none() {
             return Err(ConfigError::MissingCacheUrl);
+        }
+        if let Some(d) = self
+            .load_timeout
+            .filter(|d| d.is_zero() || *d > MAX_TIMEOUT)
+        {
+            return Err(ConfigError::invalid(
+                env::LOAD_TIMEOUT_SECS,
+                &format!("{}", d.as_secs_f64()),
+                "a number of seconds > 0 and <= 3600",
+            ));
+        }
+        if self.download_memory_bytes == 0 {
+            return Err(ConfigError::invalid(
+                env::DOWNLOAD_MEMORY_BYTES,
+                "0",
+                "an integer > 0",
+            ));
         }
         Ok(())
     }

@@ -113,6 +113,13 @@ pub enum Error {
         /// How long the load waited.
         waited: std::time::Duration,
     },
+    /// The load did not finish within its overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`);
+    /// every caller waiting for it gets this error (408), and the next load starts afresh.
+    #[error("load timed out after {after:?}")]
+    LoadTimeout {
+        /// The deadline.
+        after: std::time::Duration,
+    },
     /// The load task died (a bug): reported, never cached.
     #[error("internal error: {0}")]
     Internal(String),
@@ -140,13 +147,15 @@ impl Error {
             Self::Batch(failures) => failures.first().map_or(500, |(_, e)| e.http_status()),
             Self::OverDecodeBudget { .. } => 413,
             Self::DecodeBusy { .. } => 503,
+            Self::LoadTimeout { .. } => 408,
             Self::Internal(_) => 500,
         }
     }
 
-    /// True for origin timeouts.
+    /// True for origin timeouts and the load deadline.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Origin(e) if e.is_timeout())
+            || matches!(self, Self::LoadTimeout { .. })
     }
 
     /// True for size and pixel limits.

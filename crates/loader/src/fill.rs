@@ -21,7 +21,8 @@ impl Inner {
         self.origin.check_resolved(url).await?;
         // The host's disk tier, with a cross-process single-flight: one process of the host
         // fills a missing entry; the others watch for the entry (at most as long as a fill may
-        // take) and read it. The lock is held until this fill has written the entry.
+        // take) and read it. The lock is held until the entry is written: the write, which
+        // runs off the load's path, takes it over (see `write_disk`).
         let _fill_lock = match &self.disk {
             Some(disk) => {
                 if let Some(hit) = self.read_disk(disk, identity).await? {
@@ -30,10 +31,11 @@ impl Inner {
                 match disk.lock(identity, self.fill_wait()).await {
                     Fill::Locked(lock) => {
                         // Filled between our read and our lock? Look once more.
+                        let held = HeldLock::hold(self, identity, lock);
                         if let Some(hit) = self.read_disk(disk, identity).await? {
                             return Ok(hit);
                         }
-                        Some(lock)
+                        Some(held)
                     }
                     _ => {
                         if let Some(hit) = self.read_disk(disk, identity).await? {
@@ -49,7 +51,7 @@ impl Inner {
             let fetched = self.fetch_and_decode_bytes(url).await?;
             let len = fetched.bytes.len();
             if fetched.shareable {
-                self.write_disk(identity, fetched.bytes).await;
+                self.write_disk(identity, fetched.bytes);
             }
             return Ok((fetched.image, Source::Origin, Some(len)));
         };
@@ -86,7 +88,7 @@ impl Inner {
         let len = bytes.len();
         match self.decode(bytes.clone()).await {
             Ok(image) => {
-                self.write_disk(identity, bytes).await; // a shared hit fills the host's tier too
+                self.write_disk(identity, bytes); // a shared hit fills the host's tier too
                 Ok(Some((image, Source::Shared, Some(len))))
             }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
@@ -141,7 +143,7 @@ impl Inner {
                 WriteOutcome::Skipped,
             );
         }
-        self.write_disk(identity, bytes.clone()).await;
+        self.write_disk(identity, bytes.clone());
         let wrote = if self.hedge.enabled() {
             shared
                 .store_within(
@@ -194,11 +196,21 @@ impl Inner {
         }
     }
 
-    /// Writes bytes that decoded to the disk tier, when there is one.
-    async fn write_disk(&self, identity: &CacheIdentity, bytes: Bytes) {
-        if let Some(disk) = &self.disk {
-            disk.put(identity, bytes).await;
-        }
+    /// Writes bytes that decoded to the disk tier, when there is one, in a task of its own:
+    /// the load does not wait for the file system, and [`crate::Loader::shutdown`] waits for
+    /// the write. The write takes over this load's fill lock, so the host's other processes
+    /// keep waiting for the entry (not for a lock released before the entry exists).
+    fn write_disk(&self, identity: &CacheIdentity, bytes: Bytes) {
+        let Some(disk) = &self.disk else { return };
+        let lock = self
+            .fill_locks
+            .remove(&crate::inflight_key(identity))
+            .map(|(_, lock)| lock);
+        let (disk, identity) = (disk.clone(), identity.clone());
+        self.background.spawn(async move {
+            disk.put(&identity, bytes).await;
+            drop(lock);
+        });
     }
 
     /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
@@ -477,6 +489,32 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::Internal(format!("decode task failed: {e}")))
+}
+
+/// A disk-tier fill lock parked in [`Inner::fill_locks`] while its load runs: the entry's
+/// write takes it from there; when the load ends without one (a failure, a hit, or the load
+/// deadline dropping the fill), dropping this releases it.
+pub(crate) struct HeldLock<'a> {
+    inner: &'a Inner,
+    key: [u8; 32],
+}
+
+impl<'a> HeldLock<'a> {
+    fn hold(
+        inner: &'a Inner,
+        identity: &CacheIdentity,
+        lock: mmcache_disk_cache::FillLock,
+    ) -> Self {
+        let key = crate::inflight_key(identity);
+        inner.fill_locks.insert(key, lock);
+        Self { inner, key }
+    }
+}
+
+impl Drop for HeldLock<'_> {
+    fn drop(&mut self) {
+        self.inner.fill_locks.remove(&self.key);
+    }
 }
 
 /// An image from the origin, with its bytes.

@@ -45,6 +45,7 @@
 //!
 //! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
 
+mod background;
 mod budget;
 mod builder;
 mod config;
@@ -65,13 +66,14 @@ use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::SharedCache;
 use tokio::sync::watch;
 
+use crate::background::Background;
 use crate::budget::DecodeBudget;
 use crate::hedge::Hedge;
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
-    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DiskSettings, LeaseSettings,
-    SharedCacheSettings, env,
+    Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
+    DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::hedge::{HedgeSettings, HedgeStats};
@@ -138,6 +140,11 @@ struct Inner {
     budget: DecodeBudget,
     hedge: Arc<Hedge>,
     inflight: DashMap<[u8; 32], InflightSlot>,
+    /// Disk-tier fill locks held by loads in flight, keyed as `inflight`: the entry's write
+    /// takes its lock over and releases it once the entry is written.
+    fill_locks: DashMap<[u8; 32], mmcache_disk_cache::FillLock>,
+    /// Disk-tier writes on their way (they leave the load's path).
+    background: Arc<Background>,
     memory_hits: ::metrics::Counter,
     metrics: metrics::Handles,
 }
@@ -201,13 +208,20 @@ impl Loader {
         self.inner.shared.as_ref()
     }
 
-    /// Waits, at most `deadline`, for queued shared-cache writes (write-behind) to finish.
-    /// Returns whether everything was written. Call it before the process exits.
+    /// Waits, at most `deadline`, for the writes still on their way: disk-tier entries (written
+    /// in the background, off the load's path) and shared-cache SETs (left to the background
+    /// or queued by write-behind). Returns whether everything was written. Call it before the
+    /// process exits.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
-        match &self.inner.shared {
-            Some(shared) => shared.flush(deadline).await,
-            None => true,
-        }
+        let disk = self.inner.background.wait_idle(deadline);
+        let shared = async {
+            match &self.inner.shared {
+                Some(shared) => shared.flush(deadline).await,
+                None => true,
+            }
+        };
+        let (disk, shared) = tokio::join!(disk, shared);
+        disk && shared
     }
 
     /// Loads `url` within `scope` and returns the decoded image.
@@ -235,7 +249,10 @@ impl Loader {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
             self.inner.metrics.bypass().increment(1);
             let started = Instant::now();
-            let result = self.inner.fetch_and_decode(url).await;
+            let result = self
+                .inner
+                .within_deadline(self.inner.fetch_and_decode(url))
+                .await;
             self.inner.observe(Source::Origin, started);
             return self.inner.record(
                 Source::Origin,
@@ -331,7 +348,7 @@ impl Loader {
     /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
     /// cancelled caller never cancels the load other callers wait for.
     async fn join_or_start(&self, identity: CacheIdentity, url: &str) -> (Outcome, bool) {
-        let key = *blake3::hash(identity.as_str().as_bytes()).as_bytes();
+        let key = inflight_key(&identity);
         let (mut rx, joined) = match self.inner.inflight.entry(key) {
             dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
             dashmap::Entry::Vacant(slot) => {
@@ -342,7 +359,7 @@ impl Loader {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let outcome = inner.fill(&identity, &url).await;
+                    let outcome = inner.within_deadline(inner.fill(&identity, &url)).await;
                     if let Ok((image, _, _)) = &outcome {
                         inner.decoded.insert(&identity, image.clone());
                     }
@@ -362,6 +379,31 @@ impl Loader {
         };
         (outcome, joined)
     }
+}
+
+impl Inner {
+    /// Runs a load's work within the load deadline. At the deadline the work is dropped where
+    /// it waits (its download is cut; a decode already on the blocking pool runs to its end and
+    /// then frees its budget; the disk fill lock is released; a stampede lease is left to
+    /// expire) and the load fails with [`Error::LoadTimeout`], which every waiter gets.
+    async fn within_deadline<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let deadline = self.config.load_timeout();
+        match tokio::time::timeout(deadline, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.metrics.load_timeouts().increment(1);
+                Err(Error::LoadTimeout { after: deadline })
+            }
+        }
+    }
+}
+
+/// The key of `identity` in the in-flight and fill-lock maps.
+fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
+    *blake3::hash(identity.as_str().as_bytes()).as_bytes()
 }
 
 /// Removes an identity from the in-flight map when dropped.

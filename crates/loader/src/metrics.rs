@@ -37,6 +37,8 @@ pub const HEDGES: &str = "mmcache_shared_cache_hedges_total";
 /// Stampede leases by `outcome` (`won`, `took_over` (a waiter took a released or expired
 /// lease), `waited_hit`, `waited_timeout`, `error`).
 pub const LEASES: &str = "mmcache_shared_cache_lease_total";
+/// Loads that reached their overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`) and failed with 408.
+pub const LOAD_TIMEOUTS: &str = "mmcache_load_timeouts_total";
 /// Decoded-cache entries (gauge).
 pub const DECODED_CACHE_ENTRIES: &str = "mmcache_decoded_cache_entries";
 /// Decoded-cache weighed bytes (gauge).
@@ -88,6 +90,10 @@ pub fn describe() {
     );
     describe_histogram!(DECODE_DURATION, Unit::Seconds, "Image decode duration");
     describe_counter!(BYPASSES, "Loads that bypassed every cache");
+    describe_counter!(
+        LOAD_TIMEOUTS,
+        "Loads that reached their overall deadline (408)"
+    );
     describe_gauge!(JPEG_DECODER_INFO, "The JPEG decoder in use (label decoder)");
     describe_counter!(
         DECODE_BUDGET,
@@ -204,6 +210,7 @@ pub(crate) struct Handles {
     corrupt: OnceLock<Counter>,
     oversized: OnceLock<Counter>,
     bypass: OnceLock<Counter>,
+    load_timeouts: OnceLock<Counter>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -247,6 +254,7 @@ impl Handles {
             corrupt: OnceLock::new(),
             oversized: OnceLock::new(),
             bypass: OnceLock::new(),
+            load_timeouts: OnceLock::new(),
         }
     }
 
@@ -263,6 +271,11 @@ impl Handles {
     pub(crate) fn oversized(&self) -> &Counter {
         self.oversized
             .get_or_init(|| ::metrics::counter!(SHARED_OVERSIZED))
+    }
+
+    pub(crate) fn load_timeouts(&self) -> &Counter {
+        self.load_timeouts
+            .get_or_init(|| ::metrics::counter!(LOAD_TIMEOUTS))
     }
 
     pub(crate) fn bypass(&self) -> &Counter {

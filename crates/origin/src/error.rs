@@ -67,6 +67,21 @@ pub enum Error {
         /// The cap in bytes.
         limit: u64,
     },
+    /// The body needs more than the whole download budget (`MMCACHE_DOWNLOAD_MEMORY_BYTES`);
+    /// nothing more was read.
+    #[error("body of {needed} bytes exceeds the download budget of {budget} bytes")]
+    OverDownloadBudget {
+        /// Bytes the body needs (announced, or read so far).
+        needed: u64,
+        /// The whole budget.
+        budget: u64,
+    },
+    /// Other downloads held the download budget for the whole wait.
+    #[error("downloads busy: no download budget freed within {waited:?}")]
+    DownloadBusy {
+        /// How long the download waited.
+        waited: std::time::Duration,
+    },
     /// The origin sent no bytes.
     #[error("origin returned an empty body")]
     EmptyBody,
@@ -89,7 +104,8 @@ impl Error {
             Self::Policy(p) => p.http_status(),
             Self::Status(s) => *s,
             Self::Timeout => 408,
-            Self::TooLarge { .. } => 413,
+            Self::TooLarge { .. } | Self::OverDownloadBudget { .. } => 413,
+            Self::DownloadBusy { .. } => 503,
             Self::Client(_) => 500,
             Self::TooManyRedirects(_)
             | Self::RedirectLoop
@@ -104,9 +120,12 @@ impl Error {
         matches!(self, Self::Timeout)
     }
 
-    /// True when the body was over the size cap.
+    /// True when the body was over the size cap or the whole download budget.
     pub fn is_too_large(&self) -> bool {
-        matches!(self, Self::TooLarge { .. })
+        matches!(
+            self,
+            Self::TooLarge { .. } | Self::OverDownloadBudget { .. }
+        )
     }
 
     /// True when the URL policy refused the URL or a redirect hop.

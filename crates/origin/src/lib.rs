@@ -36,6 +36,7 @@
 //! Every failure is an [`Error`] with [`Error::http_status`]: origin status as is, timeout 408,
 //! connection failure 400, URL policy 400/403, too large 413.
 
+mod budget;
 mod error;
 pub mod policy;
 mod resolve;
@@ -48,6 +49,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{ACCEPT, LOCATION};
 use url::Url;
 
+pub use budget::{DownloadBudget, Reservation};
 pub use error::{Error, PolicyViolation, Result};
 pub use policy::DomainAllowlist;
 pub use resolve::{DEFAULT_DNS_CACHE_TTL, MAX_LOOKUPS, NEGATIVE_TTL, STALE_FOR};
@@ -79,6 +81,9 @@ pub struct OriginConfig {
     pub allowed_domains: DomainAllowlist,
     /// How long a DNS answer is reused. Default [`DEFAULT_DNS_CACHE_TTL`].
     pub dns_cache_ttl: Duration,
+    /// Bytes all bodies being read (and held after) may take together, shared by every
+    /// client given a clone of it. Default `None`: no bound but the size cap of each body.
+    pub download_budget: Option<DownloadBudget>,
     /// Test seam: treat 127.0.0.0/8 as public (and allow `http`) while every other internal
     /// range stays refused, so tests on loopback can exercise the refusals. Never set it in
     /// production.
@@ -96,6 +101,7 @@ impl Default for OriginConfig {
             max_redirects: DEFAULT_MAX_REDIRECTS,
             allowed_domains: DomainAllowlist::default(),
             dns_cache_ttl: DEFAULT_DNS_CACHE_TTL,
+            download_budget: None,
             loopback_is_public: false,
         }
     }
@@ -250,22 +256,81 @@ impl Origin {
             if !status.is_success() {
                 return Err(Error::Status(status.as_u16()));
             }
+            let budget = self.config.download_budget.as_ref();
             return Ok((
-                read_capped(response, self.config.max_body_bytes).await?,
+                read_capped(response, self.config.max_body_bytes, budget).await?,
                 redirects,
             ));
         }
     }
 }
 
+/// A body without a `Content-Length` is read within a first reservation of this size; past
+/// it, it reserves what it may still grow to (the cap, or what the budget's growth pool
+/// allows if smaller) at once.
+const FIRST_STEP: u64 = 1 << 20;
+
 /// Streams the body, refusing early on an announced length over the cap and stopping as soon
 /// as the counted bytes pass it (a lying or absent length does not help).
-async fn read_capped(mut response: reqwest::Response, limit: u64) -> Result<Bytes> {
-    if response.content_length().is_some_and(|n| n > limit) {
+///
+/// With a download budget, the buffer's bytes are reserved before they are read: the announced
+/// length (the client delivers exactly that many bytes or fails), else a first step and then,
+/// past it, the rest of what the body may grow to. The buffer is sized to its reservation, so
+/// it never reallocates by doubling, and the reservation lives as long as the bytes do.
+async fn read_capped(
+    mut response: reqwest::Response,
+    limit: u64,
+    budget: Option<&DownloadBudget>,
+) -> Result<Bytes> {
+    let announced = response.content_length();
+    if announced.is_some_and(|n| n > limit) {
         return Err(Error::TooLarge { limit });
     }
-    // Trust the announced length for the first allocation only up to 1 MiB.
-    let hint = response.content_length().unwrap_or(0).min(1 << 20) as usize;
+    let Some(budget) = budget else {
+        return read_unbudgeted(response, limit, announced).await;
+    };
+    let first = announced.unwrap_or(FIRST_STEP.min(limit));
+    let mut reservation = budget.reserve(first).await?;
+    let mut body: Vec<u8> = Vec::with_capacity(usize::try_from(first).unwrap_or(usize::MAX));
+    // Where a body without a length may grow to: the cap, or what the growth pool allows.
+    let ceiling = limit.min(reservation.bytes() + budget.max_growth());
+    while let Some(chunk) = response.chunk().await.map_err(map_client_error)? {
+        let len = (body.len() + chunk.len()) as u64;
+        if len > limit {
+            return Err(Error::TooLarge { limit });
+        }
+        if len > body.capacity() as u64 {
+            if len > ceiling {
+                return Err(Error::OverDownloadBudget {
+                    needed: len,
+                    budget: budget.capacity(),
+                });
+            }
+            // Once per body at most: reserve up to the ceiling, and size the buffer to it (only
+            // the pages written become resident).
+            let more = ceiling.saturating_sub(reservation.bytes());
+            budget.grow(&mut reservation, more).await?;
+            body.reserve_exact(usize::try_from(ceiling).unwrap_or(usize::MAX) - body.len());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if body.is_empty() {
+        return Err(Error::EmptyBody);
+    }
+    Ok(Bytes::from_owner(budget::Held {
+        buf: body,
+        _reservation: reservation,
+    }))
+}
+
+/// [`read_capped`] without a budget: the announced length is trusted for the first
+/// allocation only up to 1 MiB (a lying length must not buy a large buffer), then it grows.
+async fn read_unbudgeted(
+    mut response: reqwest::Response,
+    limit: u64,
+    announced: Option<u64>,
+) -> Result<Bytes> {
+    let hint = announced.unwrap_or(0).min(1 << 20) as usize;
     let mut body = BytesMut::with_capacity(hint);
     while let Some(chunk) = response.chunk().await.map_err(map_client_error)? {
         if (body.len() + chunk.len()) as u64 > limit {

@@ -306,3 +306,44 @@ pub fn jpeg_empty_scan(width: u16, height: u16) -> Vec<u8> {
     b.extend_from_slice(&[0xff, 0xd9]);
     b
 }
+
+/// A valid 8x8 grey progressive JPEG (all coefficients zero: mid grey) with exactly `scans`
+/// scans, 64 to 896: a DC first scan and its refinements, then single-coefficient AC bands,
+/// each a first scan and refinements down to bit 0 (successive approximation). Every scan
+/// codes one block with one 1-bit Huffman code (or one raw bit), so each is a single byte.
+pub fn jpeg_progressive_scans(scans: usize) -> Vec<u8> {
+    assert!((64..=896).contains(&scans), "64 to 896 scans");
+    let mut b = vec![0xff, 0xd8];
+    b.extend_from_slice(&[0xff, 0xdb, 0x00, 0x43, 0x00]); // DQT: one table of ones
+    b.extend_from_slice(&[1u8; 64]);
+    b.extend_from_slice(&[0xff, 0xc2, 0x00, 0x0b, 0x08, 0x00, 0x08, 0x00, 0x08]); // SOF2 8x8
+    b.extend_from_slice(&[0x01, 0x01, 0x11, 0x00]); // one component, 1x1, table 0
+    for class in [0x00, 0x10] {
+        // DHT: one 1-bit code for symbol 0 (DC: difference 0; AC: end of band).
+        b.extend_from_slice(&[0xff, 0xc4, 0x00, 0x14, class, 1]);
+        b.extend_from_slice(&[0u8; 15]);
+        b.push(0);
+    }
+    let mut sos = |ss: u8, se: u8, ah: u8, al: u8| {
+        b.extend_from_slice(&[0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, ss, se]);
+        b.push((ah << 4) | al);
+        b.push(0x7f); // the bit 0, padded with ones
+    };
+    // Point transforms of at most 13 bits: up to 14 scans per band (first + 13 refinements).
+    // Spread the count over the DC band and the 63 AC bands, the first bands taking more.
+    let bands = 64usize;
+    let mut per_band = vec![scans / bands; bands];
+    for n in per_band.iter_mut().take(scans % bands) {
+        *n += 1;
+    }
+    for (band, &n) in per_band.iter().enumerate() {
+        let n = n as u8; // 1..=14
+        let k = band as u8;
+        sos(k, k, 0, n - 1);
+        for al in (0..n - 1).rev() {
+            sos(k, k, al + 1, al);
+        }
+    }
+    b.extend_from_slice(&[0xff, 0xd9]);
+    b
+}

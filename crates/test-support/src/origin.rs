@@ -26,6 +26,8 @@ pub enum Route {
     },
     /// 200 with no `Content-Length`: the body ends when the connection closes.
     NoLength(Arc<Vec<u8>>),
+    /// 200 with `Transfer-Encoding: chunked` (no length): `body` in chunks of 64 KiB.
+    Chunked(Arc<Vec<u8>>),
     /// 200 claiming `claimed` bytes in `Content-Length` while sending `body`.
     LyingLength {
         /// The announced length.
@@ -222,6 +224,21 @@ fn respond(
                     .write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
                     .await?;
                 stream.write_all(&body).await?;
+            }
+            Route::Chunked(body) => {
+                stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                    )
+                    .await?;
+                for chunk in body.chunks(64 << 10) {
+                    stream
+                        .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                        .await?;
+                    stream.write_all(chunk).await?;
+                    stream.write_all(b"\r\n").await?;
+                }
+                stream.write_all(b"0\r\n\r\n").await?;
             }
             Route::LyingLength { claimed, body } => {
                 let head = format!(
