@@ -227,6 +227,18 @@ def test_timeout_is_408(origin, path):
     assert isinstance(e, TimeoutError)
 
 
+def test_load_deadline_is_408_load_timeout_error(monkeypatch, origin, path):
+    # The origin's own timeout stays at its 30 s default: the load's deadline fires first.
+    monkeypatch.setenv("DYN_MM_ALLOW_INTERNAL", "1")
+    monkeypatch.setenv("MMCACHE_LOAD_TIMEOUT_SECS", "0.5")
+    loader = mmcache.Loader.from_env()
+    started = time.monotonic()
+    e = load_error(loader, origin.image(path(), png(4, 4), delay=5.0))
+    assert type(e) is mmcache.LoadTimeoutError and e.http_status == 408
+    assert isinstance(e, mmcache.OriginTimeoutError) and isinstance(e, TimeoutError)
+    assert time.monotonic() - started < 4.0
+
+
 def test_messages_name_the_host_but_not_the_path_query_or_credentials(origin, path):
     loader = mmcache.Loader(allow_internal=True)
     port = origin.base.rsplit(":", 1)[1]

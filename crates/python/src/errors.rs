@@ -18,6 +18,8 @@ fn class_of(err: &Error) -> &'static str {
             | OriginError::BadRedirect => "UrlPolicyError",
             OriginError::Connect(_) => "OriginConnectionError",
             OriginError::EmptyBody => "EmptyBodyError",
+            OriginError::OverDownloadBudget { .. } => "DownloadBudgetError",
+            OriginError::DownloadBusy { .. } => "DownloadBusyError",
             _ => "MmcacheError",
         },
         Error::Decode(e) if e.is_too_large() => "ImageTooLargeError",
@@ -26,6 +28,7 @@ fn class_of(err: &Error) -> &'static str {
         Error::DataUrl(_) => "InvalidDataUrlError",
         Error::OverDecodeBudget { .. } => "ImageTooLargeError",
         Error::DecodeBusy { .. } => "DecodeBusyError",
+        Error::LoadTimeout { .. } => "LoadTimeoutError",
         Error::Batch(_) => "BatchError",
         _ => "MmcacheError",
     }

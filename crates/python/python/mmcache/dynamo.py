@@ -330,7 +330,9 @@ class ImageLoader:
                 "bad_base64": "Invalid base64 encoding",
             }.get(getattr(exc, "reason", ""), str(exc))
             out = ValueError(f"Failed to decoding image: {_describe(url)}: {reason}")
-        elif isinstance(exc, (_errors.ImageTooLargeError, _errors.DecodeBusyError)):
+        elif isinstance(
+            exc, (_errors.ImageTooLargeError, _errors.DownloadBudgetError, _errors.BusyError)
+        ):
             out = HttpStatusError(status, str(exc), url)
         elif status >= 500:
             # A fault of this worker, not of the request: Dynamo lets such exceptions through

@@ -34,6 +34,11 @@ class OriginTimeoutError(MmcacheError, TimeoutError):
     """The origin did not answer within the timeout: 408."""
 
 
+class LoadTimeoutError(OriginTimeoutError):
+    """The whole load passed ``MMCACHE_LOAD_TIMEOUT_SECS``: 408. Every caller waiting for the
+    same image gets it, and the next load starts afresh."""
+
+
 class OriginConnectionError(MmcacheError, ConnectionError):
     """The origin could not be reached, or the connection broke: 400."""
 
@@ -49,6 +54,11 @@ class BodyTooLargeError(TooLargeError):
 class ImageTooLargeError(TooLargeError):
     """The image has more pixels than ``max_pixels``, or needs more memory than the decode
     budget."""
+
+
+class DownloadBudgetError(TooLargeError):
+    """The body is larger than the download memory budget may hold at once
+    (``MMCACHE_DOWNLOAD_MEMORY_BYTES``)."""
 
 
 class UnsupportedImageError(MmcacheError, ValueError):
@@ -68,8 +78,16 @@ class InvalidDataUrlError(MmcacheError, ValueError):
     reason: str
 
 
-class DecodeBusyError(MmcacheError):
+class BusyError(MmcacheError):
+    """A memory budget of this worker stayed taken for the whole wait: 503."""
+
+
+class DecodeBusyError(BusyError):
     """Other decodes held the decode budget for the whole wait: 503."""
+
+
+class DownloadBusyError(BusyError):
+    """Other downloads held the download memory budget for the whole wait: 503."""
 
 
 class BatchError(MmcacheError):
