@@ -132,7 +132,6 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-#[derive(Debug)]
 struct Inner {
     config: DiskCacheConfig,
     root: PathBuf,
@@ -142,6 +141,20 @@ struct Inner {
     last_sweep: std::sync::Mutex<Instant>,
     /// Set while this process sweeps.
     sweeping: std::sync::atomic::AtomicBool,
+    /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
+    read_stall: std::sync::Mutex<Option<Stall>>,
+}
+
+/// A test's stand-in for a disk that does not answer: called where a read's I/O starts.
+#[doc(hidden)]
+pub type Stall = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The disk tier. Cheap to clone.
@@ -180,7 +193,17 @@ impl DiskCache {
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
+                read_stall: std::sync::Mutex::new(None),
             }),
+        }
+    }
+
+    /// Fault injection for tests (no FUSE or dm-delay here): `stall` runs on the thread of
+    /// every read, where its I/O starts, standing in for a disk that does not answer.
+    #[doc(hidden)]
+    pub fn inject_read_stall(&self, stall: Option<Stall>) {
+        if let Ok(mut s) = self.inner.read_stall.lock() {
+            *s = stall;
         }
     }
 
@@ -214,11 +237,17 @@ impl DiskCache {
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
         let this = self.clone();
         let path = self.path_of(identity);
+        let stall = self.inner.read_stall.lock().ok().and_then(|s| s.clone());
         // File I/O blocks: a thread of the blocking pool, like tokio::fs, in one hop.
-        tokio::task::spawn_blocking(move || this.read(&path))
-            .await
-            .ok()
-            .flatten()
+        tokio::task::spawn_blocking(move || {
+            if let Some(stall) = stall {
+                stall();
+            }
+            this.read(&path)
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     fn read(&self, path: &Path) -> Option<Bytes> {
