@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use mmcache_loader::scope::CacheIdentity;
 use mmcache_loader::{HedgeSettings, Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
@@ -59,7 +60,7 @@ fn stalled_disk_reads_leave_memory_and_shared_hits_fast() {
         let loader = Loader::builder()
             .allow_internal(true)
             .shared_cache_url(cluster.url())
-            .shared_cache_hedge(no_hedge.clone())
+            .shared_cache_hedge(no_hedge)
             .disk_cache_dir(&dir.0)
             .build()
             .unwrap();
@@ -143,6 +144,23 @@ fn stalled_disk_reads_leave_memory_and_shared_hits_fast() {
                 .unwrap();
             assert!(loaded.is_ok(), "{:?}", loaded.err());
         }
+        // They went on to the next tier because the disk's bounds cut them short.
+        let s = disk.stats();
+        assert!(s.skipped >= (STALLED - 16) as u64, "{s:?}");
+        // The stall ends: after the breaker's cool-down the disk serves again (bounded wait).
+        disk.inject_read_stall(None);
+        let hot_id = CacheIdentity::unscoped(&hot);
+        let start = Instant::now();
+        let mut back = disk.get(&hot_id).await.is_some();
+        while !back && start.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            back = disk.get(&hot_id).await.is_some();
+        }
+        assert!(
+            back,
+            "the disk tier never came back after the stall: {:?}",
+            disk.stats()
+        );
     });
     rt.shutdown_timeout(Duration::from_secs(10));
 }
