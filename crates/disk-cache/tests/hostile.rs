@@ -320,3 +320,119 @@ async fn a_hot_lock_file_is_kept_young() {
         "lock file mtime {old:?} old while in use"
     );
 }
+
+#[tokio::test]
+async fn refused_directories_say_why_and_sticky_ones_are_used() {
+    use mmcache_disk_cache::{DiskStatus, Refusal};
+    let world = Dir::new("status-world");
+    std::fs::create_dir_all(&world.0).unwrap();
+    std::fs::set_permissions(&world.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let cache = DiskCache::new(DiskCacheConfig::new(&world.0));
+    assert!(
+        matches!(
+            cache.status(),
+            DiskStatus::Refused(Refusal::WorldWritable { .. })
+        ),
+        "{:?}",
+        cache.status()
+    );
+    assert!(matches!(
+        cache.lock(&id(1), Duration::from_millis(10)).await,
+        Fill::GaveUp
+    ));
+    // World-writable with the sticky bit (as /tmp): others cannot remove or rename our files.
+    let sticky = Dir::new("status-sticky");
+    std::fs::create_dir_all(&sticky.0).unwrap();
+    std::fs::set_permissions(&sticky.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let cache = DiskCache::new(DiskCacheConfig::new(&sticky.0));
+    assert_eq!(cache.status(), &DiskStatus::Enabled);
+    cache.put(&id(1), Bytes::from_static(b"x")).await;
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"x"[..]));
+    // A directory that does not exist yet is made, ours, 0700.
+    let fresh = Dir::new("status-fresh");
+    let cache = DiskCache::new(DiskCacheConfig::new(fresh.0.join("a/b")));
+    assert_eq!(cache.status(), &DiskStatus::Enabled);
+    assert_eq!(mode(&fresh.0.join("a/b")), 0o700);
+    if is_root() {
+        let foreign = Dir::new("status-foreign");
+        std::fs::create_dir_all(&foreign.0).unwrap();
+        std::os::unix::fs::chown(&foreign.0, Some(OTHER), Some(OTHER)).unwrap();
+        let cache = DiskCache::new(DiskCacheConfig::new(&foreign.0));
+        match cache.status() {
+            DiskStatus::Refused(r @ Refusal::ForeignOwner { owner, .. }) => {
+                assert_eq!(*owner, OTHER);
+                assert!(r.to_string().contains("MMCACHE_DISK_CACHE_GROUP"), "{r}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn shared_group_mode_trusts_the_group_and_makes_files_for_it() {
+    if !is_root() {
+        eprintln!("needs root to chown to another uid and gid; skipped");
+        return;
+    }
+    const GROUP: u32 = 54321;
+    // A volume as Kubernetes mounts one with an fsGroup: another uid's, our group, 2775.
+    let dir = Dir::new("group");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    std::os::unix::fs::chown(&dir.0, Some(OTHER), Some(GROUP)).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    assert!(
+        !DiskCache::new(DiskCacheConfig::new(&dir.0))
+            .status()
+            .is_enabled(),
+        "another uid's directory, without the group setting"
+    );
+    let mut config = DiskCacheConfig::new(&dir.0);
+    config.group = Some(GROUP);
+    let cache = DiskCache::new(config);
+    assert!(cache.status().is_enabled(), "{:?}", cache.status());
+    cache.put(&id(1), Bytes::from_static(b"ours")).await;
+    let _ = cache.lock(&id(2), Duration::from_millis(10)).await;
+    let entry = cache.path_of(&id(1));
+    assert_eq!(mode(&entry), 0o640);
+    assert_eq!(std::fs::metadata(&entry).unwrap().gid(), GROUP);
+    assert_eq!(mode(entry.parent().unwrap()), 0o2770);
+    assert_eq!(mode(&dir.0.join("v1")), 0o2770);
+    assert_eq!(mode(&lock_path(&dir.0, &id(2))), 0o660);
+    // Another pod's entry (another uid, the group): read. Outside the group: not read.
+    std::os::unix::fs::chown(&entry, Some(OTHER), Some(GROUP)).unwrap();
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"ours"[..]));
+    std::os::unix::fs::chown(&entry, Some(OTHER), Some(OTHER)).unwrap();
+    assert!(cache.get(&id(1)).await.is_none());
+    assert!(cache.stats().skipped >= 1);
+}
+
+#[tokio::test]
+async fn a_planted_v1_link_and_a_fifo_sweep_lock_are_not_used() {
+    let dir = Dir::new("v1-link");
+    let outside = Dir::new("v1-link-outside");
+    std::fs::create_dir_all(&outside.0).unwrap();
+    std::fs::create_dir_all(&dir.0).unwrap();
+    symlink(&outside.0, dir.0.join("v1")).unwrap();
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    cache.put(&id(1), Bytes::from_static(b"x")).await;
+    assert!(cache.get(&id(1)).await.is_none());
+    assert_eq!(
+        std::fs::read_dir(&outside.0).unwrap().count(),
+        0,
+        "wrote through a planted v1 link"
+    );
+    assert!(cache.stats().skipped >= 1);
+    // A FIFO as sweep.lock: the sweep does not run, and does not hang.
+    std::fs::remove_file(dir.0.join("v1")).unwrap();
+    cache.put(&id(1), Bytes::from_static(b"x")).await;
+    let fifo = dir.0.join("v1/sweep.lock");
+    let _ = std::fs::remove_file(&fifo);
+    mkfifo(&fifo);
+    let sweeper = {
+        let cache = cache.clone();
+        tokio::task::spawn_blocking(move || cache.sweep_now())
+    };
+    let swept = tokio::time::timeout(Duration::from_secs(5), sweeper).await;
+    release_fifo(&fifo);
+    assert!(swept.is_ok(), "the sweep hung on a FIFO sweep.lock");
+}
