@@ -18,6 +18,14 @@
 //!   entry; the others wait for it and read the entry instead of downloading it again.
 //! - Fail-open like the shared cache: a full disk, a read-only or deleted directory, a corrupt
 //!   or truncated file never fails a load; reads give `Option<Bytes>`, writes give nothing.
+//! - The directory is shared with other processes, some possibly hostile: no link is ever
+//!   followed below it, files are opened non-blocking and used only when `fstat` says they are
+//!   regular files we (or the configured group) own, entries are 0600 in 0700 folders (0640 /
+//!   2770 with a group), and a directory anyone may write (without the sticky bit) or another
+//!   user owns is refused at start ([`DiskCache::status`]). A modification time more than
+//!   [`CLOCK_SKEW`] ahead counts as expired.
+//! - Every operation is bounded: a deadline, a cap on blocking operations at once, and a
+//!   breaker that skips a disk that keeps timing out (see [`PERMIT_WAIT`], [`BREAKER_FAILURES`]).
 //!
 //! This crate knows nothing of HTTP, Redis or pixels.
 //!
@@ -39,11 +47,16 @@
 //! # }
 //! ```
 
+mod config;
+mod fsops;
+mod guard;
+mod lock;
 mod sweep;
+mod trust;
 
-use std::fs::File;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -51,14 +64,28 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use mmcache_scope::CacheIdentity;
 
+use config::Counters;
+pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
+use fsops::{FsError, FsResult, Owners};
+pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
+pub use lock::FillLock;
+pub use trust::{DiskStatus, Refusal};
+
 /// Default byte budget: 10 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
 /// Default entry TTL: one hour, as the shared cache's.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// Default largest entry read or written: 64 MiB, as a download.
 pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 64 << 20;
+/// Default deadline of one disk operation (a read, a write, one lock attempt).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default cap on blocking disk operations running at once (per cache).
+pub const DEFAULT_MAX_BLOCKING_OPS: usize = 16;
 /// A process sweeps at least this often while it writes.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// How far ahead of this host's clock a modification time may be (another process's clock,
+/// a file system's rounding) before the entry counts as expired.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(2);
 
 /// Metric names.
 pub mod metrics {
@@ -72,76 +99,44 @@ pub mod metrics {
     pub const WRITTEN_BYTES: &str = "mmcache_disk_cache_written_bytes_total";
     /// Entries removed by `reason` (`budget`, `expired`, `corrupt`, `partial`).
     pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
-}
-
-/// Settings of the disk tier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DiskCacheConfig {
-    /// The directory (created when missing). One per host, shared by its worker processes.
-    pub dir: PathBuf,
-    /// Byte budget of the whole directory, across processes. Default [`DEFAULT_MAX_BYTES`].
-    pub max_bytes: u64,
-    /// Entry TTL, by modification time. Default [`DEFAULT_TTL`].
-    pub ttl: Duration,
-    /// Largest entry read or written. Default [`DEFAULT_MAX_ENTRY_BYTES`].
-    pub max_entry_bytes: u64,
-}
-
-impl DiskCacheConfig {
-    /// Defaults for `dir`.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            dir: dir.into(),
-            max_bytes: DEFAULT_MAX_BYTES,
-            ttl: DEFAULT_TTL,
-            max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
-        }
-    }
-}
-
-/// Counters of one instance (the `metrics` facade has the process-wide view).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DiskCacheStats {
-    /// Reads that found a fresh entry.
-    pub hits: u64,
-    /// Reads that found none (or an expired one).
-    pub misses: u64,
-    /// Reads and writes that failed (I/O errors): each was a miss or a skipped write.
-    pub errors: u64,
-    /// Entries written.
-    pub writes: u64,
-    /// Entries removed by sweeps (budget or TTL) and as corrupt.
-    pub evictions: u64,
-    /// Sweeps this process ran.
-    pub sweeps: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    errors: AtomicU64,
-    writes: AtomicU64,
-    evictions: AtomicU64,
-    sweeps: AtomicU64,
+    /// Names and operations skipped, by `reason`: `link`, `not_regular`, `foreign` (owned by
+    /// another user outside the group), `untrusted_dir`, `busy` (no permit in time),
+    /// `timeout`, `breaker_open`, `panicked`.
+    pub const SKIPPED: &str = "mmcache_disk_cache_skipped_total";
+    /// Times the breaker opened (the disk kept timing out or failing).
+    pub const BREAKER_OPENS: &str = "mmcache_disk_cache_breaker_opens_total";
 }
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-#[derive(Debug)]
+/// A test's stand-in for a disk that does not answer: called where a read's I/O starts.
+#[doc(hidden)]
+pub type Stall = Arc<dyn Fn() + Send + Sync>;
+
 struct Inner {
     config: DiskCacheConfig,
-    root: PathBuf,
+    owners: Owners,
+    status: DiskStatus,
+    guard: guard::Guard,
     counters: Counters,
     /// Bytes this process wrote since its last sweep.
     written_since_sweep: AtomicU64,
     last_sweep: std::sync::Mutex<Instant>,
     /// Set while this process sweeps.
     sweeping: std::sync::atomic::AtomicBool,
+    /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
+    read_stall: std::sync::Mutex<Option<Stall>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The disk tier. Cheap to clone.
@@ -150,43 +145,66 @@ pub struct DiskCache {
     inner: Arc<Inner>,
 }
 
-/// A held per-entry lock (cross-process single-flight); released on drop or process exit.
-#[derive(Debug)]
-pub struct FillLock {
-    _file: File,
-}
-
 /// How waiting for an entry's fill lock ended.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Fill {
     /// This caller holds the lock: it should fill the entry.
     Locked(FillLock),
-    /// The entry appeared while waiting (another process filled it): read it.
+    /// A valid entry appeared while waiting (another process filled it): read it.
     Filled,
     /// Neither within the wait, or the lock cannot be taken here: go on without it.
     GaveUp,
 }
 
+/// What one read found.
+enum Found {
+    Hit(Bytes),
+    Miss,
+    Expired,
+}
+
 impl DiskCache {
-    /// A disk tier over `config.dir`. Does no I/O: directories are made on first write.
+    /// A disk tier over `config.dir`. Makes the directory when missing and judges it (within
+    /// the operation deadline, on a thread of its own): a directory anyone may write without
+    /// the sticky bit, or one another user owns outside the group, turns the tier off with one
+    /// warning ([`DiskCache::status`]); every operation then is a miss or a skipped write.
     pub fn new(config: DiskCacheConfig) -> Self {
-        let root = config.dir.join("v1");
+        let owners = Owners::new(config.group);
+        let status = trust::check_at_start(&config.dir, owners, config.timeout);
+        let guard = guard::Guard::new(config.timeout, config.max_blocking_ops);
         Self {
             inner: Arc::new(Inner {
                 config,
-                root,
+                owners,
+                status,
+                guard,
                 counters: Counters::default(),
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
+                read_stall: std::sync::Mutex::new(None),
             }),
+        }
+    }
+
+    /// Fault injection for tests (no FUSE or dm-delay here): `stall` runs on the thread of
+    /// every read, where its I/O starts, standing in for a disk that does not answer.
+    #[doc(hidden)]
+    pub fn inject_read_stall(&self, stall: Option<Stall>) {
+        if let Ok(mut s) = self.inner.read_stall.lock() {
+            *s = stall;
         }
     }
 
     /// The settings in force.
     pub fn config(&self) -> &DiskCacheConfig {
         &self.inner.config
+    }
+
+    /// The verdict on the directory at start (a refused one turns the tier off).
+    pub fn status(&self) -> &DiskStatus {
+        &self.inner.status
     }
 
     /// Counters of this instance.
@@ -200,123 +218,168 @@ impl DiskCache {
             writes: load(&c.writes),
             evictions: load(&c.evictions),
             sweeps: load(&c.sweeps),
+            skipped: load(&c.skipped),
         }
     }
 
     /// The file of `identity`'s entry.
     pub fn path_of(&self, identity: &CacheIdentity) -> PathBuf {
         let digest = identity.sha256_hex();
-        self.inner.root.join(&digest[..2]).join(digest)
+        self.inner
+            .config
+            .dir
+            .join("v1")
+            .join(&digest[..2])
+            .join(digest)
     }
 
-    /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, or any
-    /// I/O error (counted, never returned).
+    fn enabled(&self) -> bool {
+        self.inner.status.is_enabled()
+    }
+
+    /// The folder `v1/<sub...>` of the directory, opened by handle without following links.
+    fn open_dirs(&self, sub: &[&str], create: bool) -> FsResult<OwnedFd> {
+        let owners = &self.inner.owners;
+        let mut fd = fsops::open_root(&self.inner.config.dir, owners, create)?;
+        for name in std::iter::once("v1").chain(sub.iter().copied()) {
+            fd = fsops::open_dir_at(&fd, name, owners, create)?;
+        }
+        Ok(fd)
+    }
+
+    /// Counts an operation that did not complete (a bound or a skipped name).
+    fn skipped(&self) {
+        bump(&self.inner.counters.skipped, 1);
+    }
+
+    fn read_outcome(&self, o: &'static str) {
+        ::metrics::counter!(metrics::READS, "outcome" => o).increment(1);
+    }
+
+    /// Whether `st` is past the TTL, or dated more than [`CLOCK_SKEW`] ahead.
+    fn expired(&self, st: &rustix::fs::Stat) -> bool {
+        match SystemTime::now().duration_since(fsops::mtime(st)) {
+            Ok(age) => age > self.inner.config.ttl,
+            Err(ahead) => ahead.duration() > CLOCK_SKEW,
+        }
+    }
+
+    /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
+    /// is not ours, a slow disk, or any I/O error (counted, never returned).
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
-        let this = self.clone();
-        let path = self.path_of(identity);
-        // File I/O blocks: a thread of the blocking pool, like tokio::fs, in one hop.
-        tokio::task::spawn_blocking(move || this.read(&path))
-            .await
-            .ok()
-            .flatten()
-    }
-
-    fn read(&self, path: &Path) -> Option<Bytes> {
         let c = &self.inner.counters;
-        let outcome = |o: &'static str| ::metrics::counter!(metrics::READS, "outcome" => o);
-        let mut file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        if !self.enabled() {
+            bump(&c.misses, 1);
+            return None;
+        }
+        let this = self.clone();
+        let digest = identity.sha256_hex();
+        let stall = self.inner.read_stall.lock().ok().and_then(|s| s.clone());
+        let result = self
+            .inner
+            .guard
+            .run(move || {
+                if let Some(stall) = stall {
+                    stall();
+                }
+                this.read(&digest)
+            })
+            .await;
+        let found = match result {
+            Ok(Ok(found)) => found,
+            Ok(Err(FsError::Missing)) => Found::Miss,
+            Ok(Err(FsError::Skipped(s))) => {
+                s.count();
+                self.skipped();
+                Found::Miss
+            }
+            Ok(Err(FsError::Io(e))) => {
+                tracing::debug!(error = %e, "disk cache read failed");
+                bump(&c.errors, 1);
                 bump(&c.misses, 1);
-                outcome("miss").increment(1);
+                self.read_outcome("error");
                 return None;
             }
-            Err(_) => return self.read_failed(),
+            Err(_) => {
+                self.skipped();
+                Found::Miss
+            }
         };
-        let Ok(meta) = file.metadata() else {
-            return self.read_failed();
-        };
-        let age = meta
-            .modified()
-            .ok()
-            .and_then(|m| SystemTime::now().duration_since(m).ok())
-            .unwrap_or_default();
-        if age > self.inner.config.ttl {
-            let _ = std::fs::remove_file(path);
-            bump(&c.misses, 1);
-            bump(&c.evictions, 1);
-            outcome("expired").increment(1);
-            ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
-            return None;
+        match found {
+            Found::Hit(bytes) => {
+                bump(&c.hits, 1);
+                self.read_outcome("hit");
+                ::metrics::counter!(metrics::READ_BYTES).increment(bytes.len() as u64);
+                Some(bytes)
+            }
+            Found::Miss => {
+                bump(&c.misses, 1);
+                self.read_outcome("miss");
+                None
+            }
+            Found::Expired => {
+                bump(&c.misses, 1);
+                self.read_outcome("expired");
+                None
+            }
         }
-        if meta.len() > self.inner.config.max_entry_bytes || meta.len() == 0 {
-            bump(&c.misses, 1);
-            outcome("miss").increment(1);
-            return None;
-        }
-        // Read at most the cap plus one byte, whatever the file grew to since the stat.
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        let cap = self.inner.config.max_entry_bytes;
-        if (&mut file).take(cap + 1).read_to_end(&mut buf).is_err() || buf.len() as u64 > cap {
-            return self.read_failed();
-        }
-        bump(&c.hits, 1);
-        outcome("hit").increment(1);
-        ::metrics::counter!(metrics::READ_BYTES).increment(buf.len() as u64);
-        Some(Bytes::from(buf))
     }
 
-    fn read_failed(&self) -> Option<Bytes> {
-        bump(&self.inner.counters.errors, 1);
-        bump(&self.inner.counters.misses, 1);
-        ::metrics::counter!(metrics::READS, "outcome" => "error").increment(1);
-        None
+    /// Whether `st` is of a valid entry: not expired, not empty, within the cap.
+    fn valid(&self, st: &rustix::fs::Stat) -> bool {
+        let len = u64::try_from(st.st_size).unwrap_or(0);
+        !self.expired(st) && len > 0 && len <= self.inner.config.max_entry_bytes
+    }
+
+    fn read(&self, digest: &str) -> FsResult<Found> {
+        let shard = self.open_dirs(&[&digest[..2]], false)?;
+        let (mut file, st) = fsops::open_file_at(&shard, digest, &self.inner.owners)?;
+        if self.expired(&st) {
+            if fsops::unlink_if_same(&shard, digest, &st) {
+                bump(&self.inner.counters.evictions, 1);
+                ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
+            }
+            return Ok(Found::Expired);
+        }
+        if !self.valid(&st) {
+            return Ok(Found::Miss); // empty, or over this worker's cap
+        }
+        // Read at most the cap plus one byte, whatever the file grew to since the stat.
+        let cap = self.inner.config.max_entry_bytes;
+        let len = usize::try_from(st.st_size).unwrap_or(0);
+        let mut buf = Vec::with_capacity(len);
+        (&mut file)
+            .take(cap.saturating_add(1))
+            .read_to_end(&mut buf)?;
+        if buf.len() as u64 > cap || buf.is_empty() {
+            return Ok(Found::Miss);
+        }
+        Ok(Found::Hit(Bytes::from(buf)))
     }
 
     /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a
-    /// temporary file, then renamed into place. Failures are counted and ignored.
+    /// temporary file, then renamed into place. Failures are counted and ignored; a write
+    /// past the deadline goes on in the background (see [`DiskCache::flush`]).
     pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
-        let this = self.clone();
-        let path = self.path_of(identity);
-        let _ = tokio::task::spawn_blocking(move || this.write(&path, &bytes)).await;
-        // A due sweep runs on its own, not on this load's time.
-        if self.sweep_due() {
-            let this = self.clone();
-            tokio::task::spawn_blocking(move || this.sweep_if_due());
-        }
-    }
-
-    fn write(&self, path: &Path, bytes: &[u8]) {
-        let c = &self.inner.counters;
         let len = bytes.len() as u64;
-        if len == 0 || len > self.inner.config.max_entry_bytes {
+        if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
             return;
         }
-        let tmp_dir = self.inner.root.join("tmp");
-        let Some(parent) = path.parent() else { return };
-        let result = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(&tmp_dir)?;
-            std::fs::create_dir_all(parent)?;
-            // Unique across processes, even pods that all run as pid 1: random bits too.
-            let tmp = tmp_dir.join(format!(
-                "{}.{}.{}.{:016x}",
-                path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-                std::process::id(),
-                unique(),
-                random_u64()
-            ));
-            let mut file = File::options().write(true).create_new(true).open(&tmp)?;
-            let written = file.write_all(bytes).and_then(|()| file.flush());
-            drop(file);
-            if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-            Ok(())
-        })();
+        let this = self.clone();
+        let digest = identity.sha256_hex();
+        let pending = self.inner.guard.pending_write();
+        let result = self
+            .inner
+            .guard
+            .run(move || {
+                let _pending = pending;
+                this.write(&digest, &bytes)
+            })
+            .await;
+        let c = &self.inner.counters;
         match result {
-            Ok(()) => {
+            Ok(Ok(())) => {
                 bump(&c.writes, 1);
                 self.inner
                     .written_since_sweep
@@ -324,66 +387,128 @@ impl DiskCache {
                 ::metrics::counter!(metrics::WRITES, "outcome" => "success").increment(1);
                 ::metrics::counter!(metrics::WRITTEN_BYTES).increment(len);
             }
-            Err(e) => {
+            Ok(Err(FsError::Skipped(s))) => {
+                s.count();
+                self.skipped();
+                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+            }
+            Ok(Err(e)) => {
                 bump(&c.errors, 1);
                 ::metrics::counter!(metrics::WRITES, "outcome" => "error").increment(1);
-                tracing::debug!(error = %e, "disk cache write failed");
+                tracing::debug!(error = ?e, "disk cache write failed");
+            }
+            Err(_) => {
+                self.skipped();
+                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
             }
         }
+        // A due sweep runs on its own, not on this load's time.
+        if self.sweep_due() {
+            let this = self.clone();
+            self.inner
+                .guard
+                .spawn_unbounded(move || this.sweep_if_due());
+        }
+    }
+
+    fn write(&self, digest: &str, bytes: &[u8]) -> FsResult<()> {
+        let owners = &self.inner.owners;
+        let tmp_dir = self.open_dirs(&["tmp"], true)?;
+        let shard = self.open_dirs(&[&digest[..2]], true)?;
+        // Unique across processes, even pods that all run as pid 1: random bits too.
+        let tmp = format!(
+            "{digest}.{}.{}.{:016x}",
+            std::process::id(),
+            unique(),
+            random_u64()
+        );
+        let mut file = fsops::create_file_at(&tmp_dir, &tmp, owners)?;
+        let written = file.write_all(bytes).and_then(|()| file.flush());
+        drop(file);
+        let result = match written {
+            Ok(()) => fsops::rename_at(&tmp_dir, &tmp, &shard, digest),
+            Err(e) => Err(e.into()),
+        };
+        if result.is_err() {
+            let _ = fsops::unlink_at(&tmp_dir, &tmp);
+        }
+        result
+    }
+
+    /// Waits until every write started so far has returned from the disk (including writes
+    /// whose caller stopped waiting at the deadline), or until `deadline`. Returns whether
+    /// none is left.
+    pub async fn flush(&self, deadline: Instant) -> bool {
+        self.inner.guard.flush(deadline).await
     }
 
     /// Removes `identity`'s entry (its bytes did not decode).
     pub async fn remove(&self, identity: &CacheIdentity) {
-        let path = self.path_of(identity);
-        let removed = tokio::task::spawn_blocking(move || std::fs::remove_file(path).is_ok())
-            .await
-            .unwrap_or(false);
-        if removed {
+        if !self.enabled() {
+            return;
+        }
+        let this = self.clone();
+        let digest = identity.sha256_hex();
+        let removed = self
+            .inner
+            .guard
+            .run(move || {
+                let shard = this.open_dirs(&[&digest[..2]], false)?;
+                let st = fsops::lstat_at(&shard, &digest)?;
+                Ok(fsops::is_file(&st)
+                    && this.inner.owners.trusts(&st)
+                    && fsops::unlink_if_same(&shard, &digest, &st))
+            })
+            .await;
+        if matches!(removed, Ok(Ok(true))) {
             bump(&self.inner.counters.evictions, 1);
             ::metrics::counter!(metrics::EVICTIONS, "reason" => "corrupt").increment(1);
         }
     }
 
+    /// One attempt at `digest`'s lock: `Filled` only for a valid entry (a regular file of
+    /// ours, not expired, not empty, within the cap).
+    fn try_lock(&self, digest: &str) -> FsResult<lock::Attempt> {
+        let owners = &self.inner.owners;
+        match self.open_dirs(&[&digest[..2]], false) {
+            Ok(shard) => match fsops::open_file_at(&shard, digest, owners) {
+                Ok((_, st)) if self.valid(&st) => return Ok(lock::Attempt::Filled),
+                _ => {}
+            },
+            Err(FsError::Missing | FsError::Skipped(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let locks = self.open_dirs(&["locks", &digest[..2]], true)?;
+        lock::try_lock(&locks, digest, owners)
+    }
+
     /// Takes `identity`'s fill lock, waiting at most `wait` for the process (or task) that holds
     /// it. While waiting it watches the entry itself, so a waiter reads the entry as soon as
     /// it is written, not when the holder's whole load ends. Never an error: a lock that
-    /// cannot be made is [`Fill::GaveUp`] at once.
+    /// cannot be made (or a slow disk) is [`Fill::GaveUp`] at once.
     pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Fill {
+        if !self.enabled() {
+            return Fill::GaveUp;
+        }
         let digest = identity.sha256_hex();
-        let lock_path = self
-            .inner
-            .root
-            .join("locks")
-            .join(&digest[..2])
-            .join(format!("{digest}.lock"));
-        let entry = self.path_of(identity);
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(2);
         loop {
-            let (p, e) = (lock_path.clone(), entry.clone());
-            let attempt = tokio::task::spawn_blocking(move || -> std::io::Result<Fill> {
-                if e.exists() {
-                    return Ok(Fill::Filled);
+            let (this, d) = (self.clone(), digest.clone());
+            match self.inner.guard.run(move || this.try_lock(&d)).await {
+                Ok(Ok(lock::Attempt::Held)) => {} // held by someone else: wait
+                Ok(Ok(lock::Attempt::Filled)) => return Fill::Filled,
+                Ok(Ok(lock::Attempt::Locked(l))) => return Fill::Locked(l),
+                Ok(Err(FsError::Skipped(s))) => {
+                    s.count();
+                    self.skipped();
+                    return Fill::GaveUp;
                 }
-                if let Some(dir) = p.parent() {
-                    std::fs::create_dir_all(dir)?;
+                Ok(Err(_)) => return Fill::GaveUp, // cannot lock here (read-only directory...)
+                Err(_) => {
+                    self.skipped();
+                    return Fill::GaveUp;
                 }
-                let file = File::options()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&p)?;
-                match file.try_lock() {
-                    Ok(()) => Ok(Fill::Locked(FillLock { _file: file })),
-                    Err(std::fs::TryLockError::WouldBlock) => Ok(Fill::GaveUp),
-                    Err(std::fs::TryLockError::Error(e)) => Err(e),
-                }
-            })
-            .await;
-            match attempt {
-                Ok(Ok(Fill::GaveUp)) => {} // held by someone else: wait
-                Ok(Ok(done)) => return done,
-                _ => return Fill::GaveUp, // cannot lock here (read-only directory...)
             }
             if Instant::now() + pause >= deadline {
                 return Fill::GaveUp;
@@ -393,10 +518,13 @@ impl DiskCache {
         }
     }
 
-    /// Sweeps now, waiting for a sweep in progress to end (tests and tools): expired and
-    /// partial files out, then the oldest entries until the directory holds at most 90 % of
-    /// the budget. Returns the bytes left.
+    /// Sweeps now, waiting (at most a minute) for a sweep in progress to end (tests and
+    /// tools): expired and partial files out, then the oldest entries until the directory holds
+    /// at most 90 % of the budget. Returns the bytes left. Blocks: call it off the runtime.
     pub fn sweep_now(&self) -> u64 {
+        if !self.enabled() {
+            return 0;
+        }
         sweep::sweep(self, true).unwrap_or(0)
     }
 

@@ -1,113 +1,165 @@
 //! The sweep: the only full scan of the directory, run by one process at a time, at most once
 //! per eighth of the budget written or per [`crate::SWEEP_INTERVAL`].
+//!
+//! It walks by folder handle and never follows a link: each name is judged by its `lstat`
+//! relative to its folder's handle, folders are opened with `O_NOFOLLOW`, and only regular
+//! files and folders we (or the group) own are touched. Anything else is skipped and counted
+//! (`mmcache_disk_cache_skipped_total{reason}`), never removed: it is not ours.
 
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant, SystemTime};
 
+use rustix::fs::Stat;
+
+use crate::fsops::{self, FsError, Owners, Skip};
 use crate::{DiskCache, bump, metrics};
 
 /// A temporary file older than this belongs to a writer that died mid-write.
 const PARTIAL_AFTER: Duration = Duration::from_secs(600);
+/// Longest wait for `sweep.lock` when asked to wait ([`DiskCache::sweep_now`]).
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether `st` is a file or folder of ours (`dir`: which of the two it must be); counts the
+/// reason when it is not.
+fn ours(st: &Stat, owners: &Owners, dir: bool) -> bool {
+    let skip = if (st.st_mode & 0o170000) == 0o120000 {
+        Some(Skip::Link)
+    } else if (dir && !fsops::is_dir(st)) || (!dir && !fsops::is_file(st)) {
+        Some(Skip::NotRegular)
+    } else if !owners.trusts(st) {
+        Some(Skip::Foreign)
+    } else {
+        None
+    };
+    skip.inspect(|s| s.count()).is_none()
+}
+
+/// The folders of `parent` that are ours, opened without following links, with their names.
+fn subdirs(
+    parent: &OwnedFd,
+    owners: &Owners,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(String, OwnedFd)> {
+    let mut out = Vec::new();
+    for name in fsops::names(parent).into_iter().filter(|n| keep(n)) {
+        let Ok(st) = fsops::lstat_at(parent, &name) else {
+            continue;
+        };
+        if !ours(&st, owners, true) {
+            continue;
+        }
+        match fsops::open_dir_at(parent, &name, owners, false) {
+            Ok(fd) => out.push((name, fd)),
+            Err(FsError::Skipped(s)) => s.count(),
+            Err(_) => {}
+        }
+    }
+    out
+}
 
 /// Removes expired entries, partial writes and idle lock files, then the least recently
 /// written entries until the directory holds at most 90 % of the budget. Returns the bytes
 /// left, or `None` when it did not run (another process is sweeping, or no directory).
 pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
     let inner = &cache.inner;
-    let root = &inner.root;
-    std::fs::create_dir_all(root).ok()?;
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join("sweep.lock"))
-        .ok()?;
-    if wait_for_lock {
-        lock.lock().ok()?;
-    } else {
-        lock.try_lock().ok()?; // another process sweeps right now: it will do
+    let owners = &inner.owners;
+    let root = fsops::open_root(&inner.config.dir, owners, true).ok()?;
+    let v1 = fsops::open_dir_at(&root, "v1", owners, true).ok()?;
+    let (lock, _) = fsops::open_lock_at(&v1, "sweep.lock", owners).ok()?;
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            // Another process sweeps right now: it will do (or wait for it, bounded).
+            Err(std::fs::TryLockError::WouldBlock)
+                if wait_for_lock && start.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(_) => return None,
+        }
     }
     bump(&inner.counters.sweeps, 1);
     let now = SystemTime::now();
-    let age = |m: &std::fs::Metadata| {
-        m.modified()
-            .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .unwrap_or_default()
+    let older_than = |st: &Stat, limit: Duration| {
+        let t = fsops::mtime(st);
+        match now.duration_since(t) {
+            Ok(age) => age > limit,
+            Err(ahead) => ahead.duration() > crate::CLOCK_SKEW, // dated ahead: not to be kept
+        }
     };
-    // Removes `path` if it is still the file that was judged: another process may have
-    // renamed a fresh entry over it since (then it stays).
-    let evict = |path: &PathBuf, judged: &std::fs::Metadata, reason: &'static str| {
-        let same = std::fs::metadata(path).is_ok_and(|now| {
-            now.ino() == judged.ino() && now.len() == judged.len() && now.mtime() == judged.mtime()
-        });
-        if same && std::fs::remove_file(path).is_ok() {
+    let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: &'static str| {
+        if fsops::unlink_if_same(dir, name, judged) {
             bump(&inner.counters.evictions, 1);
             ::metrics::counter!(metrics::EVICTIONS, "reason" => reason).increment(1);
         }
     };
-    if let Ok(tmp) = std::fs::read_dir(root.join("tmp")) {
-        for e in tmp.flatten() {
-            if let Ok(m) = e.metadata()
-                && age(&m) > PARTIAL_AFTER
+    if let Ok(tmp) = fsops::open_dir_at(&v1, "tmp", owners, false) {
+        for name in fsops::names(&tmp) {
+            if let Ok(st) = fsops::lstat_at(&tmp, &name)
+                && ours(&st, owners, false)
+                && older_than(&st, PARTIAL_AFTER)
             {
-                evict(&e.path(), &m, "partial");
+                evict(&tmp, &name, &st, "partial");
             }
         }
     }
-    // Lock files of entries no one has filled for a while: removed if no one holds them.
-    for shard in std::fs::read_dir(root.join("locks"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        for e in std::fs::read_dir(shard.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let idle = e.metadata().is_ok_and(|m| age(&m) > PARTIAL_AFTER);
-            let free = idle
-                && File::options()
-                    .write(true)
-                    .open(e.path())
-                    .is_ok_and(|f| f.try_lock().is_ok());
-            if free {
-                let _ = std::fs::remove_file(e.path());
+    // Lock files of entries no one has filled for a while: removed while held, so no one can
+    // take the file between our unlock and our unlink (lockers check the path after `flock`).
+    if let Ok(locks) = fsops::open_dir_at(&v1, "locks", owners, false) {
+        for (_, shard) in subdirs(&locks, owners, |n| n.len() == 2) {
+            for name in fsops::names(&shard) {
+                let Ok(st) = fsops::lstat_at(&shard, &name) else {
+                    continue;
+                };
+                if !ours(&st, owners, false) || !older_than(&st, PARTIAL_AFTER) {
+                    continue;
+                }
+                let Ok((file, opened)) = fsops::open_lock_at(&shard, &name, owners) else {
+                    continue;
+                };
+                if fsops::same_file(&st, &opened) && file.try_lock().is_ok() {
+                    let _ = fsops::unlink_at(&shard, &name);
+                }
+                drop(file); // unlocks, after the unlink
             }
         }
     }
-    // (written at, metadata, path) of every live entry.
-    let mut entries: Vec<(SystemTime, std::fs::Metadata, PathBuf)> = Vec::new();
-    let shards = std::fs::read_dir(root).into_iter().flatten().flatten();
-    for shard in shards.filter(|s| s.file_name().len() == 2) {
-        for e in std::fs::read_dir(shard.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let Ok(meta) = e.metadata() else { continue };
-            if age(&meta) > inner.config.ttl {
-                evict(&e.path(), &meta, "expired");
+    // (written at, stat, shard, name) of every live entry.
+    let shards = subdirs(&v1, owners, |n| {
+        n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    let mut entries: Vec<(SystemTime, Stat, usize, String)> = Vec::new();
+    for (i, (_, shard)) in shards.iter().enumerate() {
+        for name in fsops::names(shard) {
+            let Ok(st) = fsops::lstat_at(shard, &name) else {
+                continue;
+            };
+            if !ours(&st, owners, false) {
+                continue;
+            }
+            if older_than(&st, inner.config.ttl) {
+                evict(shard, &name, &st, "expired");
             } else {
-                let written = meta.modified().unwrap_or(now);
-                entries.push((written, meta, e.path()));
+                entries.push((fsops::mtime(&st), st, i, name));
             }
         }
     }
-    let mut total: u64 = entries.iter().map(|e| e.1.len()).sum();
+    let size = |st: &Stat| u64::try_from(st.st_size).unwrap_or(0);
+    let mut total: u64 = entries.iter().map(|e| size(&e.1)).sum();
     if total > inner.config.max_bytes {
         let target = inner.config.max_bytes / 10 * 9;
         entries.sort_by_key(|e| e.0);
-        for (_, meta, path) in &entries {
+        for (_, st, shard, name) in &entries {
             if total <= target {
                 break;
             }
-            evict(path, meta, "budget");
-            total -= meta.len();
+            evict(&shards[*shard].1, name, st, "budget");
+            total = total.saturating_sub(size(st));
         }
     }
+    drop(lock);
     Some(total)
 }

@@ -170,6 +170,21 @@ impl LoaderBuilder {
         self
     }
 
+    /// Shared-group mode of the disk tier (`MMCACHE_DISK_CACHE_GROUP`): files and folders
+    /// owned by `gid` are trusted too, and ours are made for it (0640 entries, 2770 folders).
+    /// For Kubernetes `fsGroup` volumes and pods of different uids on one host.
+    pub fn disk_cache_group(mut self, gid: u32) -> Self {
+        self.config.disk.group = Some(gid);
+        self
+    }
+
+    /// Deadline of one disk-tier operation (`MMCACHE_DISK_CACHE_TIMEOUT_MS`): a slower read is
+    /// a miss, a slower write is finished in the background.
+    pub fn disk_cache_timeout(mut self, timeout: Duration) -> Self {
+        self.config.disk.timeout = timeout;
+        self
+    }
+
     /// Decoded-cache byte budget.
     pub fn decoded_cache_bytes(mut self, bytes: u64) -> Self {
         self.config.decoded_cache_bytes = bytes;
@@ -330,6 +345,8 @@ impl LoaderBuilder {
             let mut c = mmcache_disk_cache::DiskCacheConfig::new(dir);
             c.max_bytes = config.disk.max_bytes;
             c.ttl = config.disk.ttl;
+            c.group = config.disk.group;
+            c.timeout = config.disk.timeout;
             // An entry may be as large as a download may be, never larger.
             c.max_entry_bytes = config.max_file_size_bytes;
             mmcache_disk_cache::DiskCache::new(c)

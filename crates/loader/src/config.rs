@@ -63,6 +63,13 @@ pub mod env {
     pub const DISK_CACHE_MAX_BYTES: &str = "MMCACHE_DISK_CACHE_MAX_BYTES";
     /// Disk-tier entry TTL in whole seconds, > 0 and <= 31536000. Default 3600.
     pub const DISK_CACHE_TTL_SECS: &str = "MMCACHE_DISK_CACHE_TTL_SECS";
+    /// Shared-group mode of the disk tier: a gid or a group name (from `/etc/group`). Files
+    /// and folders that group owns are trusted too; ours are made 0640 (lock files 0660) in
+    /// 2770 folders. For Kubernetes `fsGroup` volumes and pods of different uids. Default:
+    /// unset (only this uid's files; 0600 / 0700).
+    pub const DISK_CACHE_GROUP: &str = "MMCACHE_DISK_CACHE_GROUP";
+    /// Deadline of one disk-tier operation in ms, integer > 0 and <= 3600000. Default 1000.
+    pub const DISK_CACHE_TIMEOUT_MS: &str = "MMCACHE_DISK_CACHE_TIMEOUT_MS";
     /// `auto` (libjpeg-turbo when it loads, else pure Rust), `libjpeg-turbo` (or a start-up
     /// error) or `pure-rust`. Default `auto`.
     pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
@@ -119,7 +126,7 @@ pub mod env {
     pub const DOWNLOAD_MEMORY_BYTES: &str = "MMCACHE_DOWNLOAD_MEMORY_BYTES";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 38] = [
+    pub const ALL: [&str; 40] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -156,6 +163,8 @@ pub mod env {
         DISK_CACHE_DIR,
         DISK_CACHE_MAX_BYTES,
         DISK_CACHE_TTL_SECS,
+        DISK_CACHE_GROUP,
+        DISK_CACHE_TIMEOUT_MS,
         LOAD_TIMEOUT_SECS,
         DOWNLOAD_MEMORY_BYTES,
     ];
@@ -199,6 +208,10 @@ pub struct DiskSettings {
     pub max_bytes: u64,
     /// Entry TTL. Default 3600 s.
     pub ttl: Duration,
+    /// Shared-group mode: the gid trusted besides this uid. Default `None`.
+    pub group: Option<u32>,
+    /// Deadline of one disk operation. Default 1 s.
+    pub timeout: Duration,
 }
 
 impl Default for DiskSettings {
@@ -207,6 +220,8 @@ impl Default for DiskSettings {
             dir: None,
             max_bytes: mmcache_disk_cache::DEFAULT_MAX_BYTES,
             ttl: mmcache_disk_cache::DEFAULT_TTL,
+            group: None,
+            timeout: mmcache_disk_cache::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -465,6 +480,18 @@ impl Config {
         if let Some(v) = get(env::DISK_CACHE_TTL_SECS) {
             c.disk.ttl = Duration::from_secs(parse_positive_int(env::DISK_CACHE_TTL_SECS, &v)?);
         }
+        if let Some(v) = get(env::DISK_CACHE_GROUP) {
+            c.disk.group = Some(mmcache_disk_cache::group_id(&v).ok_or_else(|| {
+                ConfigError::invalid(
+                    env::DISK_CACHE_GROUP,
+                    &v,
+                    "a gid or the name of a group in /etc/group",
+                )
+            })?);
+        }
+        if let Some(v) = get(env::DISK_CACHE_TIMEOUT_MS) {
+            c.disk.timeout = parse_millis(env::DISK_CACHE_TIMEOUT_MS, &v)?;
+        }
         if let Some(v) = get(env::IMAGE_CACHE_SIZE) {
             let n = parse_int(env::IMAGE_CACHE_SIZE, &v, "an integer >= 0")?;
             c.decoded_cache_entries = Some(usize::try_from(n).unwrap_or(usize::MAX));
@@ -541,6 +568,7 @@ impl Config {
                 self.origin_connect_timeout,
             ),
             (env::ORIGIN_TIMEOUT_SECS, self.origin_timeout),
+            (env::DISK_CACHE_TIMEOUT_MS, self.disk.timeout),
         ];
         for (name, d) in durations {
             if d.is_zero() {
@@ -601,6 +629,12 @@ impl Config {
             (
                 env::SHARED_LEASE_WAIT_MS,
                 self.shared.lease.wait,
+                MAX_TIMEOUT,
+                "at most 3600000 ms",
+            ),
+            (
+                env::DISK_CACHE_TIMEOUT_MS,
+                self.disk.timeout,
                 MAX_TIMEOUT,
                 "at most 3600000 ms",
             ),
@@ -987,8 +1021,19 @@ mod tests {
             (env::DISK_CACHE_DIR, " /var/cache/mmcache "),
             (env::DISK_CACHE_MAX_BYTES, "1048576"),
             (env::DISK_CACHE_TTL_SECS, "60"),
+            (env::DISK_CACHE_GROUP, " 2000 "),
+            (env::DISK_CACHE_TIMEOUT_MS, "250"),
         ])
         .unwrap();
+        assert_eq!(
+            (c.disk.group, c.disk.timeout),
+            (Some(2000), Duration::from_millis(250))
+        );
+        // A group name is looked up in /etc/group, where root always is.
+        let root = with(&[(env::DISK_CACHE_GROUP, "root")]).unwrap();
+        assert_eq!(root.disk.group, Some(0));
+        let d = with(&[]).unwrap().disk;
+        assert_eq!((d.group, d.timeout), (None, Duration::from_secs(1)));
         assert_eq!(
             c.disk.dir.as_deref(),
             Some(std::path::Path::new("/var/cache/mmcache"))
@@ -1002,6 +1047,10 @@ mod tests {
             (env::DISK_CACHE_TTL_SECS, "0"),
             (env::DISK_CACHE_MAX_BYTES, "0"),
             (env::DISK_CACHE_MAX_BYTES, "ten"),
+            (env::DISK_CACHE_GROUP, "no-such-group-here"),
+            (env::DISK_CACHE_TIMEOUT_MS, "0"),
+            (env::DISK_CACHE_TIMEOUT_MS, "3600001"),
+            (env::DISK_CACHE_TIMEOUT_MS, "1.5"),
         ] {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name), "{name}={value}: {err}");

@@ -123,6 +123,14 @@ pub fn describe() {
             "Bytes written to the disk tier"
         );
         describe_counter!(disk::EVICTIONS, "Disk tier entries removed, by reason");
+        describe_counter!(
+            disk::SKIPPED,
+            "Disk tier names and operations skipped, by reason (not ours, or a bound)"
+        );
+        describe_counter!(
+            disk::BREAKER_OPENS,
+            "Times the disk tier was skipped for a cool-down after failures in a row"
+        );
     }
     describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
     describe_counter!(

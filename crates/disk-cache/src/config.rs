@@ -1,0 +1,95 @@
+//! Settings and counters of the disk tier.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use crate::{
+    DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
+    DEFAULT_TTL,
+};
+
+/// Settings of the disk tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskCacheConfig {
+    /// The directory (created when missing). One per host, shared by its worker processes.
+    pub dir: PathBuf,
+    /// Byte budget of the whole directory, across processes. Default [`DEFAULT_MAX_BYTES`].
+    pub max_bytes: u64,
+    /// Entry TTL, by modification time. Default [`DEFAULT_TTL`].
+    pub ttl: Duration,
+    /// Largest entry read or written. Default [`DEFAULT_MAX_ENTRY_BYTES`].
+    pub max_entry_bytes: u64,
+    /// Shared-group mode: the gid whose files and folders are trusted too, and that ours are
+    /// made for (entries 0640, lock files 0660, folders 2770). For pods of different uids on
+    /// one host and Kubernetes `fsGroup` volumes. Default `None`: only our own uid's, 0600/0700.
+    pub group: Option<u32>,
+    /// Deadline of one disk operation. Default [`DEFAULT_TIMEOUT`].
+    pub timeout: Duration,
+    /// Blocking disk operations at once. Default [`DEFAULT_MAX_BLOCKING_OPS`].
+    pub max_blocking_ops: usize,
+}
+
+impl DiskCacheConfig {
+    /// Defaults for `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            ttl: DEFAULT_TTL,
+            max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
+            group: None,
+            timeout: DEFAULT_TIMEOUT,
+            max_blocking_ops: DEFAULT_MAX_BLOCKING_OPS,
+        }
+    }
+}
+
+/// The gid of `group`: a number, or a name in `/etc/group` (no NSS lookup: a container's
+/// groups are there). `None` when unknown.
+pub fn group_id(group: &str) -> Option<u32> {
+    let group = group.trim();
+    if let Ok(gid) = group.parse() {
+        return Some(gid);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next() == Some(group))
+            .then(|| fields.nth(1).and_then(|g| g.parse().ok()))
+            .flatten()
+    })
+}
+
+/// Counters of one instance (the `metrics` facade has the process-wide view).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskCacheStats {
+    /// Reads that found a fresh entry.
+    pub hits: u64,
+    /// Reads that found none (or an expired one).
+    pub misses: u64,
+    /// Reads and writes that failed (I/O errors): each was a miss or a skipped write.
+    pub errors: u64,
+    /// Entries written.
+    pub writes: u64,
+    /// Entries removed by sweeps (budget or TTL) and as corrupt.
+    pub evictions: u64,
+    /// Sweeps this process ran.
+    pub sweeps: u64,
+    /// Operations skipped or cut short: a name not ours (link, FIFO, foreign owner), or a
+    /// bound (deadline, no permit, breaker open). Each was a miss or a skipped write.
+    pub skipped: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) sweeps: AtomicU64,
+    pub(crate) skipped: AtomicU64,
+}

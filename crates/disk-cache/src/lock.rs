@@ -1,0 +1,79 @@
+//! Per-entry fill locks: a lock file per entry under `v1/locks/<aa>/`, `flock`ed by the one
+//! process of the host that fills the entry.
+//!
+//! - A lock file is opened like every file here (no link followed, never blocking on a FIFO,
+//!   `O_CLOEXEC`), and must be a regular file we (or the group) own.
+//! - After `flock`, the locker checks that the path still names the file it locked (`fstat` and
+//!   `lstat` agree on device and inode): a sweep may have removed an idle lock file while this
+//!   locker had it open, and a lock on an unlinked file would admit a second holder. It then
+//!   retries, a bounded number of times.
+//! - Taking the lock refreshes the lock file's times, so a hot entry's lock file is never
+//!   judged idle by a sweep.
+//! - `flock` belongs to the open file description, which a forked child shares. The holder
+//!   records its pid and unlocks explicitly on drop, so a child that outlives the fill cannot
+//!   keep the lock held; a child dropping its inherited copy only closes it.
+
+use std::fs::File;
+use std::time::SystemTime;
+
+use crate::fsops::{self, FsError, FsResult, Owners};
+
+/// Attempts to take a lock whose path changed under us before giving up.
+const RETRIES: usize = 3;
+
+/// A held per-entry lock (cross-process single-flight); released on drop or process exit.
+#[derive(Debug)]
+pub struct FillLock {
+    file: File,
+    pid: u32,
+}
+
+impl Drop for FillLock {
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            let _ = self.file.unlock();
+        }
+    }
+}
+
+/// One attempt's outcome.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// A valid entry is there.
+    Filled,
+    /// Taken.
+    Locked(FillLock),
+    /// Another holder has it.
+    Held,
+}
+
+/// Tries once (without waiting) to take the lock `<digest>.lock` in `dir`.
+pub(crate) fn try_lock(
+    dir: &std::os::fd::OwnedFd,
+    digest: &str,
+    owners: &Owners,
+) -> FsResult<Attempt> {
+    let name = format!("{digest}.lock");
+    for _ in 0..RETRIES {
+        let (file, st) = fsops::open_lock_at(dir, &name, owners)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(Attempt::Held),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        match fsops::lstat_at(dir, &name) {
+            Ok(now) if fsops::same_file(&now, &st) => {
+                // In use now: a sweep must not take it for idle.
+                let _ = file.set_modified(SystemTime::now());
+                return Ok(Attempt::Locked(FillLock {
+                    file,
+                    pid: std::process::id(),
+                }));
+            }
+            // Removed or replaced since we opened it: ours is a stale file; try the new one.
+            Ok(_) | Err(FsError::Missing) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Attempt::Held)
+}

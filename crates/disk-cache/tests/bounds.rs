@@ -1,0 +1,167 @@
+//! Every disk operation is bounded in time. A disk that does not answer is simulated with the
+//! crate's test seam `DiskCache::inject_read_stall` (no FUSE or dm-delay here), which parks the
+//! read's blocking thread where its I/O would start.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mmcache_disk_cache::{BREAKER_FAILURES, DiskCache, DiskCacheConfig, Stall};
+use mmcache_scope::CacheIdentity;
+
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("mmcache-bounds-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        Self(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn id(n: usize) -> CacheIdentity {
+    CacheIdentity::unscoped(&format!("https://example.com/{n}.png"))
+}
+
+/// A stall that parks each read until released (at most 20 s), counting the reads it parked.
+struct Stalled {
+    released: Arc<AtomicBool>,
+    parked: Arc<AtomicUsize>,
+}
+
+impl Stalled {
+    fn on(cache: &DiskCache) -> Self {
+        let released = Arc::new(AtomicBool::new(false));
+        let parked = Arc::new(AtomicUsize::new(0));
+        let stall: Stall = Arc::new({
+            let (released, parked) = (released.clone(), parked.clone());
+            move || {
+                parked.fetch_add(1, Ordering::SeqCst);
+                let start = Instant::now();
+                while !released.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20)
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
+        cache.inject_read_stall(Some(stall));
+        Self { released, parked }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_read_is_a_miss_at_the_default_deadline() {
+    let dir = Dir::new("default");
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    cache.put(&id(1), Bytes::from_static(b"there")).await;
+    let stall = Stalled::on(&cache);
+    let t = Instant::now();
+    let got = cache.get(&id(1)).await;
+    let took = t.elapsed();
+    assert!(got.is_none(), "a stalled read returned bytes");
+    // The default deadline is 1 s; the stall would last 20 s.
+    assert!(
+        took < Duration::from_secs(10),
+        "a stalled read took {took:?}"
+    );
+    assert_eq!(stall.parked.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().skipped, 1);
+    drop(stall);
+    cache.inject_read_stall(None);
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"there"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_keeps_stalling_is_skipped_by_the_breaker() {
+    let dir = Dir::new("breaker");
+    let mut config = DiskCacheConfig::new(&dir.0);
+    config.timeout = Duration::from_millis(50);
+    let cache = DiskCache::new(config);
+    cache.put(&id(1), Bytes::from_static(b"there")).await;
+    let stall = Stalled::on(&cache);
+    for _ in 0..BREAKER_FAILURES {
+        assert!(cache.get(&id(1)).await.is_none());
+    }
+    let parked = stall.parked.load(Ordering::SeqCst);
+    assert_eq!(parked, BREAKER_FAILURES as usize);
+    // Open: the next operations do not touch the disk at all.
+    let t = Instant::now();
+    for _ in 0..10 {
+        assert!(cache.get(&id(1)).await.is_none());
+        let _ = cache.lock(&id(1), Duration::from_millis(10)).await;
+        cache.put(&id(2), Bytes::from_static(b"skipped")).await;
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(stall.parked.load(Ordering::SeqCst), parked);
+    assert!(
+        !cache.path_of(&id(2)).exists(),
+        "a write ran with the breaker open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_reads_never_hold_more_than_their_permits() {
+    let dir = Dir::new("permits");
+    let mut config = DiskCacheConfig::new(&dir.0);
+    config.max_blocking_ops = 4;
+    config.timeout = Duration::from_secs(5);
+    let cache = DiskCache::new(config);
+    let stall = Stalled::on(&cache);
+    let reads: Vec<_> = (0..32)
+        .map(|n| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.get(&id(n)).await })
+        })
+        .collect();
+    for r in reads {
+        let got = tokio::time::timeout(Duration::from_secs(15), r).await;
+        assert!(matches!(got, Ok(Ok(None))), "{got:?}");
+    }
+    // Only 4 reads ever reached the disk; the others found no permit and were misses.
+    assert_eq!(stall.parked.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_waits_for_writes_in_flight() {
+    let dir = Dir::new("flush");
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    assert!(cache.flush(Instant::now()).await, "nothing pending");
+    let value = Bytes::from(vec![7u8; 4 << 20]);
+    let writes: Vec<_> = (0..8)
+        .map(|n| {
+            let (cache, value) = (cache.clone(), value.clone());
+            tokio::spawn(async move { cache.put(&id(n), value).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    assert!(cache.flush(Instant::now() + Duration::from_secs(30)).await);
+    // Every write that had started is on disk once flush says so.
+    for n in 0..8 {
+        if cache.path_of(&id(n)).exists() {
+            assert_eq!(
+                std::fs::metadata(cache.path_of(&id(n))).unwrap().len(),
+                4 << 20
+            );
+        }
+    }
+    for w in writes {
+        w.await.unwrap();
+    }
+    assert!(cache.flush(Instant::now()).await);
+    for n in 0..8 {
+        assert!(cache.path_of(&id(n)).exists());
+    }
+}
