@@ -119,3 +119,77 @@ fn a_good_answer_outlives_a_silent_name_server_at_default_settings() {
         assert!(dns.queries("flaky.test") > 1, "refreshes were attempted");
     });
 }
+
+/// Fetches `url` every 100 ms until a fetch fails (bounded by `limit`): when that fetch
+/// started, since `since`, and its error.
+async fn first_failure(
+    origin: &Origin,
+    url: &str,
+    since: Instant,
+    limit: Duration,
+) -> (Duration, Error) {
+    while since.elapsed() < limit {
+        let started = since.elapsed();
+        if let Err(e) = origin.fetch(url).await {
+            return (started, e);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{url} still loads after {limit:?}");
+}
+
+#[test]
+fn a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once() {
+    let Some(dns) =
+        TestDns::isolated("a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once")
+    else {
+        return;
+    };
+    dns.set_a("flaky.test", Ipv4Addr::LOCALHOST);
+    dns.set_a("moved.test", Ipv4Addr::LOCALHOST);
+    let server = TestOrigin::start();
+    server.set("/img", Route::ok(b"image bytes".to_vec()));
+    let port = server.addr().port();
+    let (ttl, stale_for) = (Duration::from_millis(500), Duration::from_secs(2));
+    runtime().block_on(async {
+        let mut c = OriginConfig::default();
+        c.allow_internal = true;
+        c.dns_cache_ttl = ttl;
+        c.dns_stale_for = stale_for;
+        let origin = Origin::new(c).expect("client");
+
+        // Silent name server: the good answer serves until TTL + stale bound, then the host
+        // fails as a timeout (after the connect timeout, 5 s by default).
+        let url = format!("http://flaky.test:{port}/img");
+        origin.fetch(&url).await.expect("first load resolves");
+        let got_at = Instant::now();
+        dns.set("flaky.test", Answer::Silent);
+        let (at, err) = first_failure(&origin, &url, got_at, Duration::from_secs(20)).await;
+        println!(
+            "stale answer served for {at:?} (bound {:?})",
+            ttl + stale_for
+        );
+        assert!(
+            at + Duration::from_millis(150) >= ttl + stale_for,
+            "stale answer lost at {at:?}"
+        );
+        assert!(
+            at < ttl + stale_for + Duration::from_millis(800),
+            "served past its bound: {at:?}"
+        );
+        assert!(matches!(err, Error::Timeout), "{err}");
+
+        // NXDOMAIN: the name is gone; the next refresh (after the TTL) ends the good answer.
+        let url = format!("http://moved.test:{port}/img");
+        origin.fetch(&url).await.expect("first load resolves");
+        let got_at = Instant::now();
+        dns.set("moved.test", Answer::NxDomain);
+        let (at, err) = first_failure(&origin, &url, got_at, Duration::from_secs(10)).await;
+        println!("NXDOMAIN ended the answer after {at:?}");
+        assert!(
+            at < ttl + Duration::from_secs(1),
+            "NXDOMAIN ignored for {at:?}"
+        );
+        assert_eq!(err.http_status(), 400, "{err}");
+    });
+}
