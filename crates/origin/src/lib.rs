@@ -37,6 +37,7 @@
 //! connection failure 400, URL policy 400/403, too large 413.
 
 mod budget;
+mod dns;
 mod error;
 pub mod policy;
 mod resolve;
@@ -52,7 +53,7 @@ use url::Url;
 pub use budget::{DownloadBudget, Reservation};
 pub use error::{Error, PolicyViolation, Result};
 pub use policy::DomainAllowlist;
-pub use resolve::{DEFAULT_DNS_CACHE_TTL, MAX_LOOKUPS, NEGATIVE_TTL, STALE_FOR};
+pub use resolve::{DEFAULT_DNS_CACHE_TTL, DEFAULT_DNS_STALE_FOR, NEGATIVE_TTL};
 
 /// Default cap on a body: 64 MiB (`DYN_MM_MAX_FILE_SIZE_MB`).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
@@ -84,6 +85,10 @@ pub struct OriginConfig {
     /// Bytes all bodies being read (and held after) may take together, shared by every
     /// client given a clone of it. Default `None`: no bound but the size cap of each body.
     pub download_budget: Option<DownloadBudget>,
+    /// How long past [`OriginConfig::dns_cache_ttl`] a good DNS answer is still served while
+    /// refreshes get no answer (timeouts, server failures); a definitive answer (no such name)
+    /// replaces it at once. Default [`DEFAULT_DNS_STALE_FOR`].
+    pub dns_stale_for: Duration,
     /// Test seam: treat 127.0.0.0/8 as public (and allow `http`) while every other internal
     /// range stays refused, so tests on loopback can exercise the refusals. Never set it in
     /// production.
@@ -102,6 +107,7 @@ impl Default for OriginConfig {
             allowed_domains: DomainAllowlist::default(),
             dns_cache_ttl: DEFAULT_DNS_CACHE_TTL,
             download_budget: None,
+            dns_stale_for: DEFAULT_DNS_STALE_FOR,
             loopback_is_public: false,
         }
     }
@@ -136,7 +142,11 @@ impl Origin {
     /// [`Error::Client`] when the TLS client cannot be built.
     pub fn new(config: OriginConfig) -> Result<Self> {
         install_crypto_provider();
-        let resolver = resolve::Resolver::new(config.dns_cache_ttl, config.connect_timeout);
+        let resolver = resolve::Resolver::new(
+            config.dns_cache_ttl,
+            config.dns_stale_for,
+            config.connect_timeout,
+        );
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none()) // followed by hand, hop by hop
             .retry(reqwest::retry::never()) // one fetch, one request: origin counts stay exact
@@ -350,6 +360,10 @@ fn map_client_error(e: reqwest::Error) -> Error {
     while let Some(err) = source {
         if let Some(violation) = err.downcast_ref::<PolicyViolation>() {
             return Error::Policy(violation.clone());
+        }
+        // A name server that did not answer in time is a timeout (408), as in `check_resolved`.
+        if let Some(Error::Timeout) = err.downcast_ref::<Error>() {
+            return Error::Timeout;
         }
         source = err.source();
     }

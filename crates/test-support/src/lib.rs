@@ -13,6 +13,7 @@
 //! ```
 
 pub mod alloc;
+pub mod dns;
 pub mod forward;
 pub mod images;
 pub mod origin;

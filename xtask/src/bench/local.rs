@@ -164,7 +164,7 @@ pub(super) async fn policy_dns(o: &Opts, origin: &TestOrigin) -> anyhow::Result<
             anyhow::Ok(Measure::from_latencies(n, elapsed, lat))
         }
     };
-    // The first check of the name resolves it (getaddrinfo of localhost); the rest hit the cache.
+    // The first check of the name resolves it (localhost: no query); the rest hit the cache.
     let first = Instant::now();
     loader.origin().check_resolved(&by_name).await?;
     let cold = first.elapsed();
