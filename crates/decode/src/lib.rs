@@ -11,7 +11,10 @@
 //! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in a cache weighed in bytes, keyed by a
 //!   blake3 digest of the [`CacheIdentity`] (so it is partitioned by scope exactly as the
 //!   identity is).
-//! - [`EmbeddingCache`] does the same for embeddings, keyed by (identity, model id).
+//! - [`EmbeddingStore`] keeps [`Embedding`] tensors (dtype, shape, aligned bytes, metadata)
+//!   keyed by an [`EmbeddingKey`](mmcache_scope::EmbeddingKey); the loader's
+//!   `get_or_compute` fills it. [`EmbeddingCache`] is the older generic form, keyed by
+//!   (identity, model id).
 //!
 //! This crate knows nothing of HTTP or Redis. Single-flight of concurrent misses lives in the
 //! loader, which joins loads of one identity before they reach this cache.
@@ -58,6 +61,7 @@
 //!   gauges count real weights. With a cap, a mix of many small and a few large entries may
 //!   therefore hold fewer of both than either limit alone would allow.
 
+mod embedding;
 mod error;
 mod gif;
 mod image;
@@ -73,6 +77,10 @@ use mmcache_scope::CacheIdentity;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
+pub use crate::embedding::{
+    DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
+    MAX_EMBEDDING_METADATA_BYTES, TensorError,
+};
 pub use crate::error::{Error, Result};
 pub use crate::image::{
     DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, ImageFormats, JpegDecoder,
@@ -301,8 +309,9 @@ impl<V: Clone> WeightedCache<V> {
         Some(self.cache.as_ref()?.get(key)?.value)
     }
 
-    fn insert(&self, key: Key, value: V, payload: u64) {
-        let Some(cache) = &self.cache else { return };
+    /// Returns how many entries left (evicted, or this one refused as too heavy).
+    fn insert(&self, key: Key, value: V, payload: u64) -> u64 {
+        let Some(cache) = &self.cache else { return 0 };
         let weight = payload.saturating_add(ENTRY_OVERHEAD_BYTES);
         let mut evicted = Evicted::default();
         cache.insert_with_lifecycle(key, Entry { value, weight }, &mut evicted);
@@ -312,6 +321,11 @@ impl<V: Clone> WeightedCache<V> {
             entries: 1 - evicted.entries,
             bytes: signed(weight) - evicted.weight,
         });
+        u64::try_from(evicted.entries).unwrap_or(0)
+    }
+
+    fn contains(&self, key: &Key) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.contains_key(key))
     }
 
     fn remove(&self, key: &Key) {
