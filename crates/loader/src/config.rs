@@ -102,9 +102,12 @@ pub mod env {
     pub const SHARED_HEDGE_MIN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MIN_MS";
     /// Longest hedge delay (and SET wait) in ms, integer >= the minimum, <= 60000. Default 250.
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
+    /// Byte budget of the in-memory embedding cache, integer >= 0 (`0` stores nothing;
+    /// concurrent computes of one key still join). Default 1 GiB.
+    pub const EMBEDDING_CACHE_BYTES: &str = "MMCACHE_EMBEDDING_CACHE_BYTES";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 36] = [
+    pub const ALL: [&str; 37] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -141,6 +144,7 @@ pub mod env {
         DISK_CACHE_DIR,
         DISK_CACHE_MAX_BYTES,
         DISK_CACHE_TTL_SECS,
+        EMBEDDING_CACHE_BYTES,
     ];
 }
 
@@ -288,6 +292,8 @@ pub struct Config {
     pub origin_connect_timeout: Duration,
     /// Origin overall deadline. Default 30 s.
     pub origin_timeout: Duration,
+    /// Embedding-cache byte budget (0: nothing stored). Default 1 GiB.
+    pub embedding_cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -310,6 +316,7 @@ impl Default for Config {
             decode_wait: DEFAULT_DECODE_WAIT,
             origin_connect_timeout: mmcache_origin::DEFAULT_CONNECT_TIMEOUT,
             origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
+            embedding_cache_bytes: mmcache_decode::DEFAULT_EMBEDDING_CACHE_BYTES,
         }
     }
 }
@@ -432,6 +439,9 @@ impl Config {
         }
         if let Some(v) = get(env::DECODED_CACHE_BYTES) {
             c.decoded_cache_bytes = parse_int(env::DECODED_CACHE_BYTES, &v, "an integer >= 0")?;
+        }
+        if let Some(v) = get(env::EMBEDDING_CACHE_BYTES) {
+            c.embedding_cache_bytes = parse_int(env::EMBEDDING_CACHE_BYTES, &v, "an integer >= 0")?;
         }
         if let Some(v) = get(env::MAX_PIXELS) {
             c.max_pixels = parse_positive_int(env::MAX_PIXELS, &v)?;
@@ -723,6 +733,7 @@ mod tests {
         assert_eq!(c.image_formats, ImageFormats::ALL);
         assert_eq!(c.decode_memory_bytes, 2 << 30);
         assert_eq!(c.decode_wait, Duration::from_secs(30));
+        assert_eq!(c.embedding_cache_bytes, 1 << 30);
         assert_eq!(c, Config::default());
     }
 
@@ -741,8 +752,10 @@ mod tests {
             (env::DECODED_CACHE_BYTES, "1048576"),
             (env::MAX_PIXELS, "1000"),
             (env::ORIGIN_TIMEOUT_SECS, "3"),
+            (env::EMBEDDING_CACHE_BYTES, "4096"),
         ])
         .unwrap();
+        assert_eq!(c.embedding_cache_bytes, 4096);
         assert!(c.shared.enabled && c.session_scoped && c.allow_internal);
         assert_eq!(c.shared.url.as_deref(), Some("redis://cache:6379"));
         assert_eq!(c.shared.ttl, Duration::from_secs(60));
@@ -822,7 +835,11 @@ mod tests {
             "nan",
             "99999999999999999999999",
         ];
-        let zero_ok_ints = [env::IMAGE_CACHE_SIZE, env::DECODED_CACHE_BYTES];
+        let zero_ok_ints = [
+            env::IMAGE_CACHE_SIZE,
+            env::DECODED_CACHE_BYTES,
+            env::EMBEDDING_CACHE_BYTES,
+        ];
         let zero_ok_bad = ["-1", "1.5", "x", "inf"];
         let secs = [
             env::SHARED_CONNECT_TIMEOUT_SECS,
