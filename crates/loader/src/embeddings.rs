@@ -215,6 +215,14 @@ impl Embeddings {
         let (mut rx, joined) = match s.inflight.entry(*key.as_bytes()) {
             dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
             dashmap::Entry::Vacant(slot) => {
+                // A compute may have finished (cached, then left the map) since our lookup:
+                // look again under the map's lock, so one key never computes twice in a row.
+                if let Some(embedding) = s.store.get(&key) {
+                    return Ok(EmbeddingLoaded {
+                        embedding,
+                        source: EmbeddingSource::Memory,
+                    });
+                }
                 let (tx, rx) = watch::channel(None);
                 slot.insert(rx.clone());
                 let shared = self.shared.clone();
