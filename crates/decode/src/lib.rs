@@ -11,7 +11,9 @@
 //! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in a cache weighed in bytes, keyed by a
 //!   blake3 digest of the [`CacheIdentity`] (so it is partitioned by scope exactly as the
 //!   identity is).
-//! - [`EmbeddingCache`] does the same for embeddings, keyed by (identity, model id).
+//! - [`EmbeddingStore`] keeps [`Embedding`] tensors (dtype, shape, aligned bytes, metadata)
+//!   keyed by an [`EmbeddingKey`](mmcache_scope::EmbeddingKey); the loader's
+//!   `get_or_compute` fills it.
 //!
 //! This crate knows nothing of HTTP or Redis. Single-flight of concurrent misses lives in the
 //! loader, which joins loads of one identity before they reach this cache.
@@ -45,7 +47,7 @@
 //! starts "cold" and is the first to go unless it is hit again, so a scan of one-off loads
 //! cannot flush the entries in use.
 //!
-//! - An entry weighs its payload (pixel bytes, or [`Weighted::weight_bytes`]) plus
+//! - An entry weighs its payload (pixel bytes, or an embedding's bytes) plus
 //!   [`ENTRY_OVERHEAD_BYTES`]; [`CacheStats::bytes`] and the `*_bytes` gauges report that sum.
 //! - The budget bounds the sum of weights. It is split evenly between the shards, each of which
 //!   keeps its share, so a value heavier than the whole budget is never stored; nor is one
@@ -58,6 +60,7 @@
 //!   gauges count real weights. With a cap, a mix of many small and a few large entries may
 //!   therefore hold fewer of both than either limit alone would allow.
 
+mod embedding;
 mod error;
 mod gif;
 mod image;
@@ -73,6 +76,10 @@ use mmcache_scope::CacheIdentity;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
+pub use crate::embedding::{
+    DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
+    MAX_EMBEDDING_METADATA_BYTES, TensorError,
+};
 pub use crate::error::{Error, Result};
 pub use crate::image::{
     DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, ImageFormat, ImageFormats, JpegDecoder,
@@ -301,8 +308,9 @@ impl<V: Clone> WeightedCache<V> {
         Some(self.cache.as_ref()?.get(key)?.value)
     }
 
-    fn insert(&self, key: Key, value: V, payload: u64) {
-        let Some(cache) = &self.cache else { return };
+    /// Returns how many entries left (evicted, or this one refused as too heavy).
+    fn insert(&self, key: Key, value: V, payload: u64) -> u64 {
+        let Some(cache) = &self.cache else { return 0 };
         let weight = payload.saturating_add(ENTRY_OVERHEAD_BYTES);
         let mut evicted = Evicted::default();
         cache.insert_with_lifecycle(key, Entry { value, weight }, &mut evicted);
@@ -312,6 +320,11 @@ impl<V: Clone> WeightedCache<V> {
             entries: 1 - evicted.entries,
             bytes: signed(weight) - evicted.weight,
         });
+        u64::try_from(evicted.entries).unwrap_or(0)
+    }
+
+    fn contains(&self, key: &Key) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.contains_key(key))
     }
 
     fn remove(&self, key: &Key) {
@@ -434,78 +447,6 @@ impl DecodedCache {
 
     /// Entries and bytes held now (an operation still running on another thread may not be
     /// counted yet).
-    pub fn stats(&self) -> CacheStats {
-        self.inner.stats()
-    }
-}
-
-/// Something stored in the [`EmbeddingCache`]: it says how many bytes it holds.
-pub trait Weighted {
-    /// Heap and inline bytes of this value, used against the cache budget.
-    fn weight_bytes(&self) -> u64;
-}
-
-impl<T> Weighted for Arc<[T]> {
-    fn weight_bytes(&self) -> u64 {
-        std::mem::size_of_val::<[T]>(self) as u64
-    }
-}
-
-impl<T> Weighted for Arc<Vec<T>> {
-    fn weight_bytes(&self) -> u64 {
-        (self.capacity() * std::mem::size_of::<T>()) as u64
-    }
-}
-
-/// A byte-weighted cache of embeddings keyed by (image identity, model id). The identity carries
-/// the scope digest in scoped mode, so the cache is partitioned by scope exactly like the
-/// image cache; a load without a usable scope has no identity and does not reach it.
-///
-/// Gauges: `mmcache_embedding_cache_entries`, `mmcache_embedding_cache_bytes`.
-pub struct EmbeddingCache<E> {
-    inner: WeightedCache<E>,
-}
-
-impl<E> std::fmt::Debug for EmbeddingCache<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddingCache").finish_non_exhaustive()
-    }
-}
-
-impl<E: Weighted + Clone> EmbeddingCache<E> {
-    /// A cache holding at most `max_bytes` of weighed entries.
-    pub fn new(max_bytes: u64) -> Self {
-        let gauges = Gauges::new(
-            "mmcache_embedding_cache_entries",
-            "mmcache_embedding_cache_bytes",
-        );
-        Self {
-            inner: WeightedCache::new(max_bytes, None, EMBEDDING_SIZING, gauges),
-        }
-    }
-
-    fn key(identity: &CacheIdentity, model: &str) -> Key {
-        let mut h = blake3::Hasher::new();
-        // Length-prefixed so ("ab", "c") and ("a", "bc") differ.
-        h.update(&(identity.as_str().len() as u64).to_le_bytes());
-        h.update(identity.as_str().as_bytes());
-        h.update(model.as_bytes());
-        *h.finalize().as_bytes()
-    }
-
-    /// The embedding of `identity` under `model`; a hit counts as a use.
-    pub fn get(&self, identity: &CacheIdentity, model: &str) -> Option<E> {
-        self.inner.get(&Self::key(identity, model))
-    }
-
-    /// Caches an embedding.
-    pub fn insert(&self, identity: &CacheIdentity, model: &str, embedding: E) {
-        let weight = embedding.weight_bytes();
-        self.inner
-            .insert(Self::key(identity, model), embedding, weight);
-    }
-
-    /// Entries and bytes held now.
     pub fn stats(&self) -> CacheStats {
         self.inner.stats()
     }
@@ -687,24 +628,6 @@ mod tests {
         assert!(cache.get(&a).is_some());
         assert!(cache.get(&b).is_none());
         assert!(cache.get(&CacheIdentity::unscoped(url)).is_none());
-    }
-
-    #[test]
-    fn embedding_cache_keys_by_identity_and_model() {
-        let budget = 64 + 2 * ENTRY_OVERHEAD_BYTES;
-        let cache: EmbeddingCache<Arc<[f32]>> = EmbeddingCache::new(budget);
-        let id = CacheIdentity::unscoped("https://e.com/x.png");
-        let v: Arc<[f32]> = Arc::from(vec![1.0f32; 8]); // 32 bytes
-        cache.insert(&id, "clip", v.clone());
-        assert_eq!(cache.get(&id, "clip").as_deref(), Some(&v[..]));
-        assert!(cache.get(&id, "siglip").is_none());
-        let scoped = CacheIdentity::scoped(&Scope::new("s").unwrap(), "https://e.com/x.png");
-        assert!(cache.get(&scoped, "clip").is_none());
-        cache.insert(&id, "siglip", v.clone());
-        cache.insert(&scoped, "clip", v.clone()); // a third entry does not fit
-        assert_eq!(cache.stats().entries, 2);
-        assert!(cache.get(&scoped, "clip").is_some());
-        assert_consistent(&cache.inner, budget);
     }
 
     /// Gauges as `f64` bits, per name; every cache registered under it adds to them.

@@ -191,6 +191,13 @@ impl LoaderBuilder {
         self
     }
 
+    /// Embedding-cache byte budget (`MMCACHE_EMBEDDING_CACHE_BYTES`; 0 stores nothing, and
+    /// concurrent computes of one key still join).
+    pub fn embedding_cache_bytes(mut self, bytes: u64) -> Self {
+        self.config.embedding_cache_bytes = bytes;
+        self
+    }
+
     /// Decoded-cache entry cap (`Some(0)` turns the cache off).
     pub fn decoded_cache_entries(mut self, entries: Option<usize>) -> Self {
         self.config.decoded_cache_entries = entries;
@@ -358,6 +365,7 @@ impl LoaderBuilder {
         );
         let memory_hits =
             ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
+        let embeddings = crate::embeddings::Embeddings::new(&config);
         Ok(Loader {
             inner: Arc::new(Inner {
                 limits,
@@ -373,6 +381,7 @@ impl LoaderBuilder {
                 background: Default::default(),
                 memory_hits,
                 metrics: metrics::Handles::new(),
+                embeddings,
             }),
         })
     }

@@ -117,6 +117,9 @@ pub mod env {
     pub const SHARED_HEDGE_MIN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MIN_MS";
     /// Longest hedge delay (and SET wait) in ms, integer >= the minimum, <= 60000. Default 250.
     pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
+    /// Byte budget of the in-memory embedding cache, integer >= 0 (`0` stores nothing;
+    /// concurrent computes of one key still join). Default 1 GiB.
+    pub const EMBEDDING_CACHE_BYTES: &str = "MMCACHE_EMBEDDING_CACHE_BYTES";
 
     /// Overall deadline of a load in seconds, finite, > 0 and <= 3600. Default: the origin
     /// timeout + the decode wait + the lease wait (when the lease is on) + 30 s (90 s with the
@@ -126,7 +129,7 @@ pub mod env {
     pub const DOWNLOAD_MEMORY_BYTES: &str = "MMCACHE_DOWNLOAD_MEMORY_BYTES";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 40] = [
+    pub const ALL: [&str; 41] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -167,6 +170,7 @@ pub mod env {
         DISK_CACHE_TIMEOUT_MS,
         LOAD_TIMEOUT_SECS,
         DOWNLOAD_MEMORY_BYTES,
+        EMBEDDING_CACHE_BYTES,
     ];
 }
 
@@ -325,6 +329,8 @@ pub struct Config {
     pub load_timeout: Option<Duration>,
     /// Bytes all downloads in flight may hold together. Default 512 MiB.
     pub download_memory_bytes: u64,
+    /// Embedding-cache byte budget (0: nothing stored). Default 1 GiB.
+    pub embedding_cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -349,6 +355,7 @@ impl Default for Config {
             origin_timeout: mmcache_origin::DEFAULT_FETCH_TIMEOUT,
             load_timeout: None,
             download_memory_bytes: DEFAULT_DOWNLOAD_MEMORY_BYTES,
+            embedding_cache_bytes: mmcache_decode::DEFAULT_EMBEDDING_CACHE_BYTES,
         }
     }
 }
@@ -498,6 +505,9 @@ impl Config {
         }
         if let Some(v) = get(env::DECODED_CACHE_BYTES) {
             c.decoded_cache_bytes = parse_int(env::DECODED_CACHE_BYTES, &v, "an integer >= 0")?;
+        }
+        if let Some(v) = get(env::EMBEDDING_CACHE_BYTES) {
+            c.embedding_cache_bytes = parse_int(env::EMBEDDING_CACHE_BYTES, &v, "an integer >= 0")?;
         }
         if let Some(v) = get(env::MAX_PIXELS) {
             c.max_pixels = parse_positive_int(env::MAX_PIXELS, &v)?;
@@ -819,6 +829,7 @@ mod tests {
         assert_eq!(c.image_formats, ImageFormats::ALL);
         assert_eq!(c.decode_memory_bytes, 2 << 30);
         assert_eq!(c.decode_wait, Duration::from_secs(30));
+        assert_eq!(c.embedding_cache_bytes, 1 << 30);
         assert_eq!(c, Config::default());
     }
 
@@ -837,8 +848,10 @@ mod tests {
             (env::DECODED_CACHE_BYTES, "1048576"),
             (env::MAX_PIXELS, "1000"),
             (env::ORIGIN_TIMEOUT_SECS, "3"),
+            (env::EMBEDDING_CACHE_BYTES, "4096"),
         ])
         .unwrap();
+        assert_eq!(c.embedding_cache_bytes, 4096);
         assert!(c.shared.enabled && c.session_scoped && c.allow_internal);
         assert_eq!(c.shared.url.as_deref(), Some("redis://cache:6379"));
         assert_eq!(c.shared.ttl, Duration::from_secs(60));
@@ -918,7 +931,11 @@ mod tests {
             "nan",
             "99999999999999999999999",
         ];
-        let zero_ok_ints = [env::IMAGE_CACHE_SIZE, env::DECODED_CACHE_BYTES];
+        let zero_ok_ints = [
+            env::IMAGE_CACHE_SIZE,
+            env::DECODED_CACHE_BYTES,
+            env::EMBEDDING_CACHE_BYTES,
+        ];
         let zero_ok_bad = ["-1", "1.5", "x", "inf"];
         let secs = [
             env::SHARED_CONNECT_TIMEOUT_SECS,

@@ -41,6 +41,12 @@
 //! status as is, timeout 408, connection failure 400, unsupported image 415, too large 413,
 //! URL policy 400/403. The shared cache never fails a load.
 //!
+//! # Embeddings
+//!
+//! [`Loader::embeddings`] caches encoder outputs: `get_or_compute(key, model, scope, compute)`
+//! runs `compute` once per key per process (joined, cancel-safe, failures and panics never
+//! cached), scoped like images. See [`embeddings`] for an example.
+//!
 //! # Layers
 //!
 //! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
@@ -50,6 +56,7 @@ mod budget;
 mod builder;
 mod config;
 mod data_url;
+pub mod embeddings;
 mod error;
 mod fill;
 mod hedge;
@@ -147,6 +154,7 @@ struct Inner {
     background: Arc<Background>,
     memory_hits: ::metrics::Counter,
     metrics: metrics::Handles,
+    embeddings: embeddings::Embeddings,
 }
 
 /// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).

@@ -66,12 +66,17 @@ pub fn histogram_buckets() -> Vec<(&'static str, &'static [f64])> {
     for name in shared_cache::HISTOGRAMS {
         out.push((name, &shared_cache::LATENCY_BUCKETS));
     }
+    out.push((
+        crate::embeddings::metrics::COMPUTE_DURATION,
+        &crate::embeddings::metrics::COMPUTE_DURATION_BUCKETS,
+    ));
     out
 }
 
 /// Registers descriptions of every loader and shared-cache metric with the installed recorder.
 pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    crate::embeddings::metrics::describe();
     describe_counter!(LOADS, "Image loads by source and outcome");
     describe_histogram!(
         LOAD_DURATION,

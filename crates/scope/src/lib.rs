@@ -44,8 +44,10 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+mod embedding_key;
 mod url_key;
 
+pub use embedding_key::{EmbeddingKey, EmbeddingKeyInput};
 pub use url_key::dynamo_url_key;
 
 /// Longest usable scope, in bytes after trimming. Longer values are treated as absent, so a

@@ -1,0 +1,381 @@
+//! Embeddings: `get_or_compute` once per key per process, scoped like images.
+//!
+//! [`Loader::embeddings`] returns the loader's [`Embeddings`] handle. A call
+//! [`Embeddings::get_or_compute`] is served, in order, by the in-memory embedding cache, a
+//! compute of the same key already in flight in this process (joined), or a new compute.
+//!
+//! - **Once per key per process**: concurrent callers of one key share one compute.
+//! - **Cancel-safe**: the compute runs in a task of its own (as image loads do), so dropping or
+//!   aborting any caller, the first included, cancels nothing; the others still get the value,
+//!   and it is still cached. Hence the `Send + 'static` bounds on the closure and its future:
+//!   move owned inputs (an `Arc` of the encoder, the pixels) into it.
+//! - **Failures are not cached**: every waiter of a failed compute gets the same
+//!   [`EmbeddingError::Compute`], and the next call computes again. A panic in the compute is
+//!   [`EmbeddingError::Panicked`], never a poisoned entry.
+//! - **Scoped like images**: in session-scoped mode the scope digest is part of every key, and
+//!   a call without a usable scope computes every time, caching and joining nothing.
+//! - **Byte budget** `MMCACHE_EMBEDDING_CACHE_BYTES` (default 1 GiB): an entry heavier than the
+//!   budget is returned but not stored. A budget of 0 stores nothing, but concurrent computes
+//!   of one key still join (the join costs nothing and saves an encoder run).
+//!
+//! The compute has no deadline of ours: bound it yourself (e.g. `tokio::time::timeout` inside
+//! the closure); waiters wait as long as it runs.
+//!
+//! # Examples
+//!
+//! ```
+//! use mmcache_loader::Loader;
+//! use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput, EmbeddingSource};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let loader = Loader::builder().build()?;
+//! let key = EmbeddingKeyInput::caller("uuid-of-image-1");
+//! // The model id names the processor settings too, so differently configured workers differ.
+//! let model = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
+//! let compute = || async { Embedding::from_f32(vec![2, 4], vec![0.5; 8]) };
+//!
+//! let first = loader.embeddings().get_or_compute(&key, model, None, compute).await?;
+//! assert_eq!(first.source, EmbeddingSource::Computed);
+//! let again = loader.embeddings().get_or_compute(&key, model, None, compute).await?;
+//! assert_eq!(again.source, EmbeddingSource::Memory);
+//! assert_eq!(again.embedding.as_f32().unwrap().len(), 8);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod metrics;
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+use mmcache_decode::CacheStats;
+use mmcache_scope::Scope;
+use tokio::sync::watch;
+
+use crate::{Config, Loader};
+
+pub use mmcache_decode::{
+    DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, MAX_EMBEDDING_METADATA_BYTES,
+    TensorError,
+};
+pub use mmcache_scope::{EmbeddingKey, EmbeddingKeyInput};
+
+/// Where an embedding came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EmbeddingSource {
+    /// The in-memory embedding cache.
+    Memory,
+    /// A compute of the same key already in flight in this process.
+    Inflight,
+    /// This call's compute.
+    Computed,
+}
+
+impl EmbeddingSource {
+    /// Lowercase name, for labels and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Inflight => "inflight",
+            Self::Computed => "computed",
+        }
+    }
+}
+
+/// An embedding and how it was obtained.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EmbeddingLoaded {
+    /// The embedding (its bytes shared with the cache, no copy).
+    pub embedding: Embedding,
+    /// Where it came from.
+    pub source: EmbeddingSource,
+}
+
+/// Why [`Embeddings::get_or_compute`] returned no embedding. Clone: every waiter of one
+/// compute gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbeddingError {
+    /// The compute returned an error (not cached: the next call computes again).
+    #[error("embedding compute failed: {source}")]
+    Compute {
+        /// The compute's own error.
+        #[source]
+        source: Arc<dyn StdError + Send + Sync>,
+    },
+    /// The compute panicked (not cached).
+    #[error("embedding compute panicked: {message}")]
+    Panicked {
+        /// The panic message, when it was a string.
+        message: Arc<str>,
+    },
+    /// The compute's task was cancelled (the runtime is shutting down).
+    #[error("embedding compute was cancelled")]
+    Cancelled,
+}
+
+type Outcome = Result<Embedding, EmbeddingError>;
+
+struct Shared {
+    session_scoped: bool,
+    store: EmbeddingStore,
+    inflight: DashMap<[u8; 32], watch::Receiver<Option<Outcome>>>,
+    metrics: metrics::Handles,
+}
+
+/// The loader's embedding caches. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Embeddings {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Embeddings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embeddings")
+            .field("store", &self.shared.store)
+            .field("inflight", &self.shared.inflight.len())
+            .finish()
+    }
+}
+
+impl Loader {
+    /// The embedding caches: [`Embeddings::get_or_compute`].
+    pub fn embeddings(&self) -> &Embeddings {
+        &self.inner.embeddings
+    }
+}
+
+impl Embeddings {
+    pub(crate) fn new(config: &Config) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                session_scoped: config.session_scoped,
+                store: EmbeddingStore::new(config.embedding_cache_bytes),
+                inflight: DashMap::new(),
+                metrics: metrics::Handles::new(),
+            }),
+        }
+    }
+
+    /// The key a call uses, or `None` when it bypasses every cache (scoped mode, no scope).
+    pub fn key(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+    ) -> Option<EmbeddingKey> {
+        EmbeddingKey::resolve(self.shared.session_scoped, input, model, scope)
+    }
+
+    /// The embedding of `input` under `model` within `scope`, computing it with `compute` when
+    /// no cache has it and no compute of it is in flight. See the [module docs](self).
+    ///
+    /// `compute` is called at most once, in a task of its own, and only when this call starts
+    /// the compute; its error type is anything that converts into a boxed error (a `String`,
+    /// an `std::io::Error`, …).
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddingError`]: the compute failed, panicked or was cancelled by a runtime shutdown.
+    pub async fn get_or_compute<F, Fut, E>(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+        compute: F,
+    ) -> Result<EmbeddingLoaded, EmbeddingError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Embedding, E>> + Send + 'static,
+        E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+    {
+        let s = &self.shared;
+        let Some(key) = self.key(input, model, scope) else {
+            s.metrics.bypasses.increment(1);
+            let embedding = run(self.shared.clone(), compute).await?;
+            return Ok(EmbeddingLoaded {
+                embedding,
+                source: EmbeddingSource::Computed,
+            });
+        };
+        if let Some(embedding) = s.store.get(&key) {
+            s.metrics.hits.increment(1);
+            return Ok(EmbeddingLoaded {
+                embedding,
+                source: EmbeddingSource::Memory,
+            });
+        }
+        s.metrics.misses.increment(1);
+        let (mut rx, joined) = match s.inflight.entry(*key.as_bytes()) {
+            dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
+            dashmap::Entry::Vacant(slot) => {
+                // A compute may have finished (cached, then left the map) since our lookup:
+                // look again under the map's lock, so one key never computes twice in a row.
+                if let Some(embedding) = s.store.get(&key) {
+                    return Ok(EmbeddingLoaded {
+                        embedding,
+                        source: EmbeddingSource::Memory,
+                    });
+                }
+                let (tx, rx) = watch::channel(None);
+                slot.insert(rx.clone());
+                let shared = self.shared.clone();
+                // A task of its own: no caller's cancellation reaches it.
+                tokio::spawn(async move {
+                    let leave = Leave {
+                        shared: &shared,
+                        key,
+                    };
+                    let outcome = run(shared.clone(), compute).await;
+                    if let Ok(embedding) = &outcome {
+                        shared.insert(&key, embedding.clone());
+                    }
+                    // Leave before publishing: a later call sees the cache or computes again.
+                    drop(leave);
+                    let _ = tx.send(Some(outcome));
+                });
+                (rx, false)
+            }
+        };
+        if joined {
+            s.metrics.coalesced.increment(1);
+        }
+        let embedding = match rx.wait_for(Option::is_some).await {
+            Ok(value) => value.clone().unwrap_or(Err(EmbeddingError::Cancelled))?,
+            // The task was dropped unfinished (runtime shutdown).
+            Err(_) => return Err(EmbeddingError::Cancelled),
+        };
+        let source = if joined {
+            EmbeddingSource::Inflight
+        } else {
+            EmbeddingSource::Computed
+        };
+        Ok(EmbeddingLoaded { embedding, source })
+    }
+
+    /// The cached embedding of `input` under `model` within `scope` (memory only for now);
+    /// `None` also when the call would bypass the caches.
+    pub fn get(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+    ) -> Option<Embedding> {
+        let Some(key) = self.key(input, model, scope) else {
+            self.shared.metrics.bypasses.increment(1);
+            return None;
+        };
+        let hit = self.shared.store.get(&key);
+        match hit {
+            Some(_) => self.shared.metrics.hits.increment(1),
+            None => self.shared.metrics.misses.increment(1),
+        }
+        hit
+    }
+
+    /// Caches `embedding` for `input` under `model` within `scope`; returns whether it is
+    /// stored (not when heavier than the budget, or when the call would bypass the caches).
+    pub fn insert(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+        embedding: Embedding,
+    ) -> bool {
+        match self.key(input, model, scope) {
+            Some(key) => self.shared.insert(&key, embedding),
+            None => {
+                self.shared.metrics.bypasses.increment(1);
+                false
+            }
+        }
+    }
+
+    /// Forgets the entry of `input` under `model` within `scope`.
+    pub fn remove(&self, input: &EmbeddingKeyInput, model: &str, scope: Option<&Scope>) {
+        if let Some(key) = self.key(input, model, scope) {
+            self.shared.store.remove(&key);
+        }
+    }
+
+    /// Entries and weighed bytes in the memory cache now.
+    pub fn stats(&self) -> CacheStats {
+        self.shared.store.stats()
+    }
+
+    /// The memory cache's byte budget.
+    pub fn max_bytes(&self) -> u64 {
+        self.shared.store.max_bytes()
+    }
+
+    /// Computes in flight now.
+    pub fn inflight(&self) -> usize {
+        self.shared.inflight.len()
+    }
+}
+
+impl Shared {
+    fn insert(&self, key: &EmbeddingKey, embedding: Embedding) -> bool {
+        let r = self.store.insert(key, embedding);
+        if r.evicted > 0 {
+            self.metrics.evictions.increment(r.evicted);
+        }
+        if !r.stored {
+            self.metrics.not_stored.increment(1);
+        }
+        r.stored
+    }
+}
+
+/// Runs `compute` in a task of its own, turning its error or panic into an [`EmbeddingError`].
+async fn run<F, Fut, E>(shared: Arc<Shared>, compute: F) -> Outcome
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Embedding, E>> + Send + 'static,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+{
+    let started = Instant::now();
+    // The error is converted inside the task: `E` need not be `Send`, the box is.
+    let handle = tokio::spawn(async move {
+        compute()
+            .await
+            .map_err(|e| Arc::<dyn StdError + Send + Sync>::from(e.into()))
+    });
+    let (outcome, label) = match handle.await {
+        Ok(Ok(embedding)) => (Ok(embedding), "ok"),
+        Ok(Err(source)) => (Err(EmbeddingError::Compute { source }), "error"),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let message: Arc<str> = match payload.downcast_ref::<&str>() {
+                Some(s) => Arc::from(*s),
+                None => payload
+                    .downcast_ref::<String>()
+                    .map_or_else(|| Arc::from("(not a string)"), |s| Arc::from(s.as_str())),
+            };
+            (Err(EmbeddingError::Panicked { message }), "panic")
+        }
+        Err(_) => (Err(EmbeddingError::Cancelled), "cancelled"),
+    };
+    shared
+        .metrics
+        .computed(label, started.elapsed().as_secs_f64());
+    outcome
+}
+
+/// Removes a key from the in-flight map when dropped, even if the driving task unwinds.
+struct Leave<'a> {
+    shared: &'a Shared,
+    key: EmbeddingKey,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.shared.inflight.remove(self.key.as_bytes());
+    }
+}
