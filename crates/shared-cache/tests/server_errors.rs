@@ -92,4 +92,5 @@ async fn error_replies_neither_open_the_breaker_nor_rediscover() {
     assert_eq!(s.breaker_opens, 0, "no breaker opened: {s:?}");
     assert_eq!(s.rediscoveries, 0, "no rediscovery: {s:?}");
     assert_eq!((s.get_errors, s.set_errors), (20, 20), "{s:?}");
+    assert_eq!(s.error_replies, 40, "error replies counted apart: {s:?}");
 }
