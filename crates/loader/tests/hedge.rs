@@ -151,7 +151,7 @@ async fn a_spent_hedge_budget_costs_at_most_the_cap() {
     cluster.hang(hung).unwrap();
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for u in on_hung.iter().cloned() {
+    for u in on_hung {
         let loader = loader.clone();
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();

@@ -88,7 +88,7 @@ async fn a_hung_master_costs_each_operation_at_most_its_deadline() {
                 t.elapsed()
             }
         });
-        let (slowest, outcomes) = burst(&cache, on_hung).await;
+        let (slowest, outcomes) = burst(cache, on_hung).await;
         assert!(
             slowest <= deadline + SLACK,
             "wave {wave}: an operation on the hung master took {slowest:?} (deadline {deadline:?})"
