@@ -227,35 +227,43 @@ impl Inner {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             return Raced::Cache(cached, outcome);
         }
-        // The GET times itself in its task: a GET that loses to the origin still counts in the
-        // latency samples (and earns budget), so the delay follows slow GETs too.
+        // The GET times itself in its task: its own latency, not the wake-ups of this one.
         let mut get = tokio::spawn({
-            let (shared, identity, hedge) = (shared.clone(), identity.clone(), self.hedge.clone());
+            let (shared, identity) = (shared.clone(), identity.clone());
             async move {
                 let started = Instant::now();
                 let (cached, outcome) = shared.get_with_outcome(&identity).await;
-                if matches!(
-                    outcome,
-                    GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized
-                ) {
-                    hedge.observe(started.elapsed());
-                }
-                (cached, outcome)
+                (cached, outcome, started.elapsed())
             }
         });
         let joined = |r: std::result::Result<
-            (Option<Bytes>, GetOutcome),
+            (Option<Bytes>, GetOutcome, Duration),
             tokio::task::JoinError,
-        >| { r.unwrap_or((None, GetOutcome::Error)) };
+        >| {
+            r.map_or((None, GetOutcome::Error), |(cached, outcome, _)| {
+                (cached, outcome)
+            })
+        };
         let delay = self.hedge.current_delay();
         if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
+            if let Ok((_, GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took)) = &r {
+                self.hedge.observe(*took);
+            }
             let (cached, outcome) = joined(r);
             return Raced::Cache(cached, outcome);
         }
+        // Counted now as taking the delay, not later at its real latency (see `observe_late`).
+        self.hedge.observe_late(delay);
         if !self.hedge.try_take() {
             self.record_hedge("over_budget");
-            let (cached, outcome) = joined(get.await);
-            return Raced::Cache(cached, outcome);
+            // No hedge budget left: the GET gets up to the cap, then the origin starts all the
+            // same. Waiting for the whole GET (up to the I/O timeout) would let one slow node
+            // cost a load far more than the origin does.
+            let rest = self.hedge.max_delay().saturating_sub(delay);
+            if let Ok(r) = tokio::time::timeout(rest, &mut get).await {
+                let (cached, outcome) = joined(r);
+                return Raced::Cache(cached, outcome);
+            }
         }
         let origin = self.fetch_and_decode_bytes(url);
         tokio::pin!(origin);

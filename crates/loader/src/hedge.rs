@@ -5,9 +5,13 @@
 //! [`SAMPLES`] GETs that answered, clamped to `[min, max]`. The median, not a high percentile:
 //! when one master of three is slow or hung, a third of all GETs are slow and any percentile
 //! above the 67th would follow that node up to the cap, making every load to it wait; the
-//! median stays with the healthy majority. Hedges are budgeted: each GET earns half a hedge
-//! (a burst of [`BURST`] at most), so when most GETs are slow the hedges stop doubling the
-//! origin traffic and the loads wait for the GET timeout and the breaker, as before.
+//! median stays with the healthy majority. A GET still running at the delay counts as taking
+//! the delay, at that moment: a stopped or slow node answers its queued GETs all at once, and
+//! recording their real latencies then would fill the samples with one burst and lift the
+//! median (so every hedge) to the cap. Hedges are budgeted: each GET earns half a hedge (a
+//! burst of [`BURST`] at most), so when most GETs are slow the hedges stop doubling the origin
+//! traffic at the adaptive delay; a load over budget waits for its GET up to the cap, then
+//! fetches from the origin all the same, so a slow node never costs a load more than the cap.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -113,13 +117,18 @@ impl Hedge {
         }
     }
 
+    /// The longest delay: a load over the hedge budget waits this long for its GET.
+    pub(crate) fn max_delay(&self) -> Duration {
+        self.settings.max_delay
+    }
+
     /// The longest a load waits for its SET: the same budget as a GET.
     pub(crate) fn set_wait(&self) -> Duration {
         self.current_delay()
     }
 
-    /// Records a GET that answered (hit, miss or error reply) after `latency`, earns hedge
-    /// budget, and every [`SAMPLES`] / 4 GETs recomputes the delay.
+    /// Records a GET that answered (hit, miss or oversized) within the delay, after `latency`;
+    /// earns hedge budget, and every [`SAMPLES`] / 4 GETs recomputes the delay.
     pub(crate) fn observe(&self, latency: Duration) {
         let us = u32::try_from(micros(latency)).unwrap_or(u32::MAX).max(1);
         self.answered.fetch_add(1, Ordering::Relaxed);
@@ -135,6 +144,15 @@ impl Hedge {
         if n.is_multiple_of(SAMPLES as u64 / 4) || n + 1 == WARM_UP {
             self.recompute();
         }
+    }
+
+    /// Records a GET still running at the hedge `delay` as taking the delay, now (in the
+    /// order GETs started) and once: its real latency, when a stopped or slow node finally
+    /// answers, arrives in a burst with the others that node held, and would lift the median
+    /// for everyone. A majority of such GETs still raises the delay (8 x the delay itself),
+    /// so the delay follows a cluster that is slow as a whole.
+    pub(crate) fn observe_late(&self, delay: Duration) {
+        self.observe(delay);
     }
 
     fn recompute(&self) {
@@ -226,6 +244,25 @@ mod tests {
         h.observe(Duration::from_millis(5));
         // 8 x the median of the 16 (5 ms), not 8 x 200 ms clamped to the cap.
         assert_eq!(h.current_delay(), Duration::from_millis(40));
+    }
+
+    #[test]
+    fn late_gets_count_at_the_delay_and_a_slow_majority_still_raises_it() {
+        let h = Hedge::new(HedgeSettings::default());
+        // A third of GETs late (counted at the 20 ms delay), the rest at 1 ms: the floor.
+        for i in 0..SAMPLES * 2 {
+            if i % 3 == 0 {
+                h.observe_late(h.current_delay());
+            } else {
+                h.observe(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(h.delay(), Duration::from_millis(20));
+        // Every GET late: the delay climbs to the cap within a few recomputes.
+        for _ in 0..SAMPLES * 2 {
+            h.observe_late(h.current_delay());
+        }
+        assert_eq!(h.delay(), Duration::from_millis(250));
     }
 
     #[test]

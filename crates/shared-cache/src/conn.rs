@@ -57,12 +57,15 @@ impl SharedCache {
         drop(probe);
         match result {
             Ok(v) => {
-                if let Some(node) = &node {
-                    self.on_transition(inner.breakers.on_success(node));
-                }
-                self.on_success();
-                self.maybe_refresh_slots(SLOT_MAP_MAX_AGE);
+                self.node_answered(node.as_deref());
                 Ok(v)
+            }
+            Err(FailureKind::Reply) => {
+                // The node answered: the operation failed, the node did not.
+                self.node_answered(node.as_deref());
+                bump(&inner.counters.error_replies);
+                self.record_failure(op, FailureKind::Reply);
+                Err(Failure::Failed(FailureKind::Reply))
             }
             Err(kind) => {
                 let node = node.unwrap_or_else(|| inner.slots.node_for(key));
@@ -73,6 +76,15 @@ impl SharedCache {
                 Err(Failure::Failed(kind))
             }
         }
+    }
+
+    /// A node answered (with a value or an error reply): it and the connection work.
+    fn node_answered(&self, node: Option<&str>) {
+        if let Some(node) = node {
+            self.on_transition(self.inner.breakers.on_success(node));
+        }
+        self.on_success();
+        self.maybe_refresh_slots(SLOT_MAP_MAX_AGE);
     }
 
     /// Re-reads the slot map in the background when it is older than `max_age`.
@@ -126,7 +138,8 @@ impl SharedCache {
         }
     }
 
-    fn on_failure(&self, op: &'static str, kind: FailureKind) {
+    /// Counts, logs and (rate-limited) warns about a failed operation.
+    fn record_failure(&self, op: &'static str, kind: FailureKind) {
         self.inner.metrics.record_error(op, kind);
         tracing::debug!(
             op,
@@ -141,6 +154,11 @@ impl SharedCache {
                 "shared image cache unavailable; loads continue from the origin"
             );
         }
+    }
+
+    /// A node failure: also starts or extends the run of failures that leads to rediscovery.
+    fn on_failure(&self, op: &'static str, kind: FailureKind) {
+        self.record_failure(op, kind);
         let now = self.inner.config.clock.now();
         self.inner.failing.store(true, Ordering::Release);
         let mut st = self.lock();

@@ -38,7 +38,12 @@ pub enum FailureKind {
     Connect,
     /// A cluster-level reply: CLUSTERDOWN, MOVED/ASK storms, TRYAGAIN, no node for a slot.
     Cluster,
-    /// Anything else: protocol oddities, unexpected replies, server errors.
+    /// An error reply from a node that answered (WRONGTYPE, OOM, NOSCRIPT, ERR, NOPERM...):
+    /// this operation failed, but the node and the connection are healthy, so it counts
+    /// toward neither the node's breaker nor rediscovery.
+    Reply,
+    /// Anything else: protocol oddities, unexpected replies, a node still loading its data
+    /// (LOADING) or busy with a script (BUSY).
     Other,
 }
 
@@ -49,6 +54,7 @@ impl FailureKind {
             Self::Timeout => "timeout",
             Self::Connect => "connect",
             Self::Cluster => "cluster",
+            Self::Reply => "reply",
             Self::Other => "other",
         }
     }
@@ -68,6 +74,15 @@ impl FailureKind {
             Self::Cluster
         } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
             Self::Connect
+        } else if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+            // A node that is loading or running a stuck script answers nothing else: sick.
+            && !matches!(e.code(), Some("LOADING" | "BUSY"))
+            // A write that met a demoted master: the slot map is stale, a cluster matter.
+            && e.kind() != ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        {
+            Self::Reply
+        } else if e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+            Self::Cluster
         } else {
             Self::Other
         }

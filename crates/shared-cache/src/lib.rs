@@ -235,6 +235,9 @@ pub struct SharedCacheStats {
     pub skipped: u64,
     /// Times a breaker opened.
     pub breaker_opens: u64,
+    /// Operations answered with an error reply (WRONGTYPE, OOM...): counted in the op's
+    /// errors too, but not as node failures.
+    pub error_replies: u64,
     /// Write-behind SETs dropped because the queue was full.
     pub write_behind_dropped: u64,
     /// Bounded stores ([`SharedCache::store_within`]) the load stopped waiting for; the SET
@@ -255,6 +258,7 @@ struct Counters {
     rediscoveries: AtomicU64,
     skipped: AtomicU64,
     breaker_opens: AtomicU64,
+    error_replies: AtomicU64,
     write_behind_dropped: AtomicU64,
     set_backgrounded: AtomicU64,
 }
@@ -387,6 +391,7 @@ impl SharedCache {
             rediscoveries: load(&c.rediscoveries),
             skipped: load(&c.skipped),
             breaker_opens: load(&c.breaker_opens),
+            error_replies: load(&c.error_replies),
             write_behind_dropped: load(&c.write_behind_dropped),
             set_backgrounded: load(&c.set_backgrounded),
         }

@@ -122,10 +122,11 @@ const OPS: [&str; 4] = ["get", "set", "del", "lease"];
 /// Skip `reason` values.
 const REASONS: [&str; 3] = ["breaker_open", "too_large", "queue_full"];
 /// Failure `kind` values, in [`crate::FailureKind`] order.
-const KINDS: [crate::FailureKind; 4] = [
+const KINDS: [crate::FailureKind; 5] = [
     crate::FailureKind::Timeout,
     crate::FailureKind::Connect,
     crate::FailureKind::Cluster,
+    crate::FailureKind::Reply,
     crate::FailureKind::Other,
 ];
 

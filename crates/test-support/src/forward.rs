@@ -1,5 +1,6 @@
 //! A TCP forwarder at a fixed address that relays each connection to a target that can be
-//! changed at run time: the stand-in for a Kubernetes Service in front of cache nodes.
+//! changed at run time: the stand-in for a Kubernetes Service in front of cache nodes; and a
+//! listener that accepts and never answers.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -52,5 +53,51 @@ async fn accept_loop(listener: TcpListener, target: Arc<Mutex<Option<SocketAddr>
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
             }
         });
+    }
+}
+
+/// A listener that accepts connections and then never reads or writes: a cache node whose
+/// process is gone for good while the kernel still completes handshakes (or a black-holed
+/// address behind a load balancer). Connections stay open until it is dropped.
+#[derive(Debug)]
+pub struct Silent {
+    server: Background,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Silent {
+    /// Listens on `ip` at a free port.
+    ///
+    /// # Errors
+    ///
+    /// When the port cannot be bound.
+    pub fn start(ip: IpAddr) -> std::io::Result<Self> {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = accepted.clone();
+        let server = Background::start(ip, "silent", move |listener| async move {
+            // Bounded: past this many connections, new ones are closed at once.
+            const MAX_HELD: usize = 1024;
+            let mut held = Vec::new();
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                a.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if held.len() < MAX_HELD {
+                    held.push(socket);
+                }
+            }
+        })?;
+        Ok(Self { server, accepted })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

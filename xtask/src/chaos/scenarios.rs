@@ -9,6 +9,7 @@ use mmcache_test_support::redis::ClusterOptions;
 
 use super::{
     Ctx, IMAGES, Report, Run, Setup, base_checks, check, hedged_bound, report, shared_between,
+    slow_bound,
 };
 use crate::svg::Window;
 
@@ -92,49 +93,68 @@ pub(super) fn new_addresses(ctx: &Ctx) -> anyhow::Result<Report> {
 
 /// 3. A master is SIGSTOPped, then resumed.
 pub(super) fn hung_node(ctx: &Ctx) -> anyhow::Result<Report> {
-    sick_master(ctx, "hung-node", "master 0 hung", |setup, run| {
-        let hung = run.event("SIGSTOP master 0");
-        setup.cluster.hang(0)?;
-        run.sleep_until(hung + ctx.fault());
-        setup.cluster.resume(0)?;
-        Ok((hung, run.event("SIGCONT master 0")))
-    })
+    sick_master(
+        ctx,
+        "hung-node",
+        "master 0 hung",
+        hedged_bound(),
+        2,
+        |setup, run| {
+            let hung = run.event("SIGSTOP master 0");
+            setup.cluster.hang(0)?;
+            run.sleep_until(hung + ctx.fault());
+            setup.cluster.resume(0)?;
+            Ok((hung, run.event("SIGCONT master 0")))
+        },
+    )
 }
 
 /// 3b. A master answers every command late: stopped 300 ms of every 320 ms for the fault
 /// window (each command waits for the next wake-up), then at full speed again.
 pub(super) fn slow_node(ctx: &Ctx) -> anyhow::Result<Report> {
-    sick_master(ctx, "slow-node", "master 0 slow (300 ms)", |setup, run| {
-        let slow = run.event("master 0 slow: SIGSTOP 300 ms / SIGCONT 20 ms, repeated");
-        let mut cycles = 0;
-        // Bounded by the fault window and by a cycle count, whatever the clock does.
-        while run.now() < slow + ctx.fault() && cycles < 1000 {
-            setup.cluster.hang(0)?;
-            std::thread::sleep(Duration::from_millis(300));
-            setup.cluster.resume(0)?;
-            std::thread::sleep(Duration::from_millis(20));
-            cycles += 1;
-        }
-        Ok((slow, run.event("master 0 at full speed")))
-    })
+    // 16 loads at a time per worker, as the bench runs: a slow master then holds enough GETs
+    // that their late answers arrive in bursts, which must not lift the hedge delay.
+    sick_master(
+        ctx,
+        "slow-node",
+        "master 0 slow (300 ms)",
+        slow_bound(),
+        16,
+        |setup, run| {
+            let slow = run.event("master 0 slow: SIGSTOP 300 ms / SIGCONT 20 ms, repeated");
+            let mut cycles = 0;
+            // Bounded by the fault window and by a cycle count, whatever the clock does.
+            while run.now() < slow + ctx.fault() && cycles < 1000 {
+                setup.cluster.hang(0)?;
+                std::thread::sleep(Duration::from_millis(300));
+                setup.cluster.resume(0)?;
+                std::thread::sleep(Duration::from_millis(20));
+                cycles += 1;
+            }
+            Ok((slow, run.event("master 0 at full speed")))
+        },
+    )
 }
 
 /// A scenario where master 0 is sick (`inject` makes it so and returns when the fault began
-/// and ended): no load may wait past the hedge bound, and the healthy masters keep serving.
+/// and ended), with `lanes` loads at a time per worker: no load may take longer than `bound`,
+/// and the healthy masters keep serving.
 fn sick_master(
     ctx: &Ctx,
     name: &'static str,
     label: &str,
+    bound: Duration,
+    lanes: usize,
     inject: impl FnOnce(&Setup, &mut Run) -> anyhow::Result<(f64, f64)>,
 ) -> anyhow::Result<Report> {
     let setup = Setup::new(ClusterOptions::default(), Ipv4Addr::LOCALHOST)?;
-    let mut run = Run::start(ctx, &setup, ctx.warmup() + ctx.fault() + ctx.after());
+    let planned = ctx.warmup() + ctx.fault() + ctx.after();
+    let mut run = Run::start_with_lanes(ctx, &setup, planned, lanes);
     run.sleep_until(ctx.warmup());
     let (from, to) = inject(&setup, &mut run)?;
     let result = run.finish(ctx)?;
     let mut failed = Vec::new();
     let summary = base_checks(&result.records, &mut failed);
-    let bound = hedged_bound();
     check(
         &mut failed,
         summary.max <= bound,
