@@ -27,7 +27,9 @@ pub(crate) fn decode_payload(url: &str, max_bytes: u64) -> Result<Vec<u8>, DataU
     if !parts.any(|p| p.trim().eq_ignore_ascii_case("base64")) {
         return Err(DataUrlError::NotBase64);
     }
-    if (payload.len() as u64 / 4) * 3 > max_bytes {
+    // Strict base64 ends in at most two `=`, each one byte fewer: the exact decoded size.
+    let padding = payload.bytes().rev().take(2).take_while(|&b| b == b'=').count() as u64;
+    if ((payload.len() as u64 / 4) * 3).saturating_sub(padding) > max_bytes {
         return Err(DataUrlError::TooLarge { limit: max_bytes });
     }
     base64::engine::general_purpose::STANDARD
