@@ -159,6 +159,9 @@ fn fuzz_one(target: &'static str, secs: u64) -> anyhow::Result<Report> {
     }
 
     let binary = Path::new(BUILD_DIR).join("release").join(target);
+    // AFL++ skips a seed that crashes with a warning only: replay each one first, so a
+    // committed regression input that fails again fails the run.
+    let mut findings = replay_seeds(&binary, &seed_dir, &scratch)?;
     let log_path = work.join("afl.log");
     let log = std::fs::File::create(&log_path)?;
     let mut cmd = Command::new("cargo");
@@ -205,7 +208,6 @@ fn fuzz_one(target: &'static str, secs: u64) -> anyhow::Result<Report> {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let mut findings = Vec::new();
     for kind in ["crashes", "hangs"] {
         let dir = out_dir.join("default").join(kind);
         if let Ok(entries) = std::fs::read_dir(&dir) {
@@ -230,6 +232,38 @@ fn fuzz_one(target: &'static str, secs: u64) -> anyhow::Result<Report> {
         execs_per_sec: execs as f64 / run_time as f64,
         findings,
     })
+}
+
+/// Runs `binary` once on each seed (outside AFL++ it reads one input from standard input);
+/// returns the seeds it crashed on or that took longer than [`HANG_MS`].
+fn replay_seeds(binary: &Path, seeds: &Path, scratch: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut failed = Vec::new();
+    for entry in std::fs::read_dir(seeds)? {
+        let path = entry?.path();
+        let mut child = Command::new(binary)
+            .stdin(std::fs::File::open(&path)?)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .env("MMCACHE_FUZZ_DIR", std::env::current_dir()?.join(scratch))
+            .spawn()
+            .with_context(|| format!("run {}", binary.display()))?;
+        let started = Instant::now();
+        let ok = loop {
+            if let Some(status) = child.try_wait()? {
+                break status.success();
+            }
+            if started.elapsed().as_millis() > u128::from(HANG_MS) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        if !ok {
+            failed.push(path);
+        }
+    }
+    Ok(failed)
 }
 
 /// `key : value` lines.
