@@ -28,7 +28,12 @@ pub(crate) fn decode_payload(url: &str, max_bytes: u64) -> Result<Vec<u8>, DataU
         return Err(DataUrlError::NotBase64);
     }
     // Strict base64 ends in at most two `=`, each one byte fewer: the exact decoded size.
-    let padding = payload.bytes().rev().take(2).take_while(|&b| b == b'=').count() as u64;
+    let padding = payload
+        .bytes()
+        .rev()
+        .take(2)
+        .take_while(|&b| b == b'=')
+        .count() as u64;
     if ((payload.len() as u64 / 4) * 3).saturating_sub(padding) > max_bytes {
         return Err(DataUrlError::TooLarge { limit: max_bytes });
     }
