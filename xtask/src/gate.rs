@@ -151,7 +151,7 @@ pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn have(check: &str) -> bool {
+pub(crate) fn have(check: &str) -> bool {
     Command::new("sh")
         .args(["-c", check])
         .output()
@@ -203,20 +203,26 @@ pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
 
 /// Installs missing Debian packages when running as root; otherwise says the exact command.
 pub(crate) fn ensure_prerequisites() -> anyhow::Result<()> {
-    let missing: Vec<&str> = PREREQUISITES
+    let checked: Vec<(bool, &str)> = PREREQUISITES
         .iter()
-        .filter(|(check, _)| !have(check))
+        .map(|(check, pkg)| (have(check), *pkg))
+        .collect();
+    ensure_debian_packages(&checked)
+}
+
+/// Installs the packages whose check is false (`(present, package)`) with apt-get when running
+/// as root; otherwise fails with the exact command.
+pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = checked
+        .iter()
+        .filter(|(present, _)| !present)
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
     let install = format!("apt-get install -y {}", missing.join(" "));
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root || !have("command -v apt-get") {
+    if !is_root() || !have("command -v apt-get") {
         bail!(
             "missing {}: install them with `sudo apt-get update && sudo {install}`",
             missing.join(", ")
@@ -235,4 +241,12 @@ pub(crate) fn ensure_prerequisites() -> anyhow::Result<()> {
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;
     Ok(())
+}
+
+/// True when running as root (uid 0).
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

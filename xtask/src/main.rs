@@ -8,12 +8,15 @@
 //!   succeed. Writes tables, JSON and SVG timelines to `target/chaos/`.
 //! - `bench`: throughput and latency of every layer against same-run baselines, written to
 //!   `target/bench/`.
+//! - `fuzz`: coverage-guided fuzzing (cargo-afl, AFL++) of every input surface for a bounded
+//!   time; fails on any crash or hang. Builds fuzz/, a workspace of its own, in `target/fuzz/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
 
 mod bench;
 mod chaos;
 mod common;
 mod demo;
+mod fuzz;
 mod gate;
 mod svg;
 
@@ -28,6 +31,8 @@ usage: cargo xtask <command>
                        fault injection on a live fleet (default: every scenario)
   bench [--scenario NAME]... [--concurrency N] [--loaders K] [--quick] [--out DIR]
                        benchmarks against same-run baselines (release build)
+  fuzz [--target T]... [--secs N]
+                       coverage-guided fuzzing, N s per target (default 20); fails on a crash or hang
   cluster [--masters N] [--tls]
                        start a local Redis Cluster until Enter is pressed";
 
@@ -40,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         "demo" => demo::run(&rest),
         "chaos" => chaos::run(&rest),
         "bench" => bench::run(&rest),
+        "fuzz" => fuzz::run(&rest),
         "cluster" => common::run_cluster(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");

@@ -80,7 +80,8 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(PngHeader, Option<String>), Strin
     // Bytes the rows inflate to, counting one filter byte a row (a non-interlaced lower bound
     // for interlaced files too, whose passes add filter bytes).
     let bits_per_pixel = channels * u64::from(depth);
-    let raw = u64::from(height) * (1 + (u64::from(width) * bits_per_pixel).div_ceil(8));
+    // Saturating: a header's dimensions go up to 2^32 - 1 each, whose rows overflow a u64.
+    let raw = u64::from(height).saturating_mul(1 + (u64::from(width) * bits_per_pixel).div_ceil(8));
     if interlace > 1 {
         return Err(format!("bad interlace method {interlace}"));
     }

@@ -82,6 +82,8 @@ pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
+#[doc(hidden)]
+pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::hedge::{HedgeSettings, HedgeStats};
 pub use mmcache_decode::{self as decode, DecodedImage as Image};
