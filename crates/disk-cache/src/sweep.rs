@@ -148,7 +148,10 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
         }
     }
     let size = |st: &Stat| u64::try_from(st.st_size).unwrap_or(0);
-    let mut total: u64 = entries.iter().map(|e| size(&e.1)).sum();
+    // Saturating: sizes come from a shared directory (a sparse file may claim any size).
+    let mut total: u64 = entries
+        .iter()
+        .fold(0u64, |sum, e| sum.saturating_add(size(&e.1)));
     if total > inner.config.max_bytes {
         let target = inner.config.max_bytes / 10 * 9;
         entries.sort_by_key(|e| e.0);

@@ -1,32 +1,12 @@
 //! The disk tier on a real directory.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig, Fill};
-use mmcache_scope::CacheIdentity;
 
-/// A fresh directory under the temp dir, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("mmcache-disk-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Self(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn id(n: usize) -> CacheIdentity {
-    CacheIdentity::unscoped(&format!("https://example.com/{n}.png"))
-}
+mod common;
+use common::{Dir, id};
 
 fn dir_bytes(root: &std::path::Path) -> u64 {
     let mut total = 0;
@@ -51,7 +31,7 @@ fn dir_bytes(root: &std::path::Path) -> u64 {
 
 #[tokio::test]
 async fn round_trip_with_the_identity_digest_as_file_name() {
-    let dir = Dir::new("roundtrip");
+    let dir = Dir::new("disk-roundtrip");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     let ident = id(1);
     assert!(cache.get(&ident).await.is_none());
@@ -72,7 +52,7 @@ async fn round_trip_with_the_identity_digest_as_file_name() {
 
 #[tokio::test]
 async fn expired_oversized_and_empty_entries_are_misses() {
-    let dir = Dir::new("expiry");
+    let dir = Dir::new("disk-expiry");
     let mut config = DiskCacheConfig::new(&dir.0);
     config.ttl = Duration::from_secs(60);
     config.max_entry_bytes = 10;
@@ -101,7 +81,7 @@ async fn expired_oversized_and_empty_entries_are_misses() {
 
 #[tokio::test]
 async fn leftovers_of_a_killed_writer_are_ignored_and_swept() {
-    let dir = Dir::new("partial");
+    let dir = Dir::new("disk-partial");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache.put(&id(1), Bytes::from_static(b"whole")).await;
     // What a writer killed mid-write leaves: a temporary file, never the entry's own path.
@@ -121,7 +101,7 @@ async fn leftovers_of_a_killed_writer_are_ignored_and_swept() {
 
 #[tokio::test]
 async fn the_budget_holds_without_a_scan_per_write() {
-    let dir = Dir::new("budget");
+    let dir = Dir::new("disk-budget");
     let mut config = DiskCacheConfig::new(&dir.0);
     config.max_bytes = 64 * 1024;
     let cache = DiskCache::new(config);
@@ -156,7 +136,7 @@ async fn the_budget_holds_without_a_scan_per_write() {
 
 #[tokio::test]
 async fn a_broken_directory_fails_open() {
-    let dir = Dir::new("broken");
+    let dir = Dir::new("disk-broken");
     // The configured "directory" is a regular file: nothing can be created under it.
     std::fs::write(&dir.0, b"not a directory").unwrap();
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
@@ -179,7 +159,7 @@ async fn a_broken_directory_fails_open() {
 
 #[tokio::test]
 async fn the_fill_lock_admits_one_holder_at_a_time() {
-    let dir = Dir::new("lock");
+    let dir = Dir::new("disk-lock");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     let locked = |f: &Fill| matches!(f, Fill::Locked(_));
     let first = cache.lock(&id(1), Duration::from_millis(100)).await;

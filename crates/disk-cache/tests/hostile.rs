@@ -12,28 +12,11 @@ use bytes::Bytes;
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig, Fill};
 use mmcache_scope::CacheIdentity;
 
+mod common;
+use common::{Dir, id};
+
 /// A uid and gid that are not ours (the tests may run as root, which can chown to them).
 const OTHER: u32 = 65534;
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("mmcache-hostile-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Self(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn id(n: usize) -> CacheIdentity {
-    CacheIdentity::unscoped(&format!("https://example.com/{n}.png"))
-}
 
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
@@ -88,8 +71,8 @@ fn victim(root: &Path, name: &str) -> (PathBuf, PathBuf) {
 
 #[tokio::test]
 async fn the_sweep_never_follows_a_planted_link() {
-    let dir = Dir::new("links");
-    let outside = Dir::new("links-outside");
+    let dir = Dir::new("hostile-links");
+    let outside = Dir::new("hostile-links-outside");
     let mut config = DiskCacheConfig::new(&dir.0);
     config.ttl = Duration::from_secs(60);
     let cache = DiskCache::new(config);
@@ -116,7 +99,7 @@ async fn the_sweep_never_follows_a_planted_link() {
 
 #[tokio::test]
 async fn a_fifo_at_an_entry_is_a_miss_at_once() {
-    let dir = Dir::new("fifo-entry");
+    let dir = Dir::new("hostile-fifo-entry");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache
         .put(&id(9), Bytes::from_static(b"makes the folders"))
@@ -149,7 +132,7 @@ fn lock_path(dir: &Path, ident: &CacheIdentity) -> PathBuf {
 
 #[tokio::test]
 async fn a_fifo_lock_file_never_blocks_a_locker_or_the_sweep() {
-    let dir = Dir::new("fifo-lock");
+    let dir = Dir::new("hostile-fifo-lock");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     let fifo = lock_path(&dir.0, &id(1));
     mkfifo(&fifo);
@@ -177,7 +160,7 @@ async fn a_fifo_lock_file_never_blocks_a_locker_or_the_sweep() {
 
 #[tokio::test]
 async fn entries_and_folders_are_private_by_default() {
-    let dir = Dir::new("modes");
+    let dir = Dir::new("hostile-modes");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache
         .put(&id(1), Bytes::from_static(b"session image"))
@@ -199,7 +182,7 @@ async fn entries_and_folders_are_private_by_default() {
 
 #[tokio::test]
 async fn a_world_writable_directory_is_refused() {
-    let dir = Dir::new("world");
+    let dir = Dir::new("hostile-world");
     std::fs::create_dir_all(&dir.0).unwrap();
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
@@ -217,7 +200,7 @@ async fn a_directory_another_user_owns_is_refused() {
         eprintln!("needs root to chown a directory to another user; skipped");
         return;
     }
-    let dir = Dir::new("foreign-dir");
+    let dir = Dir::new("hostile-foreign-dir");
     std::fs::create_dir_all(&dir.0).unwrap();
     std::os::unix::fs::chown(&dir.0, Some(OTHER), Some(OTHER)).unwrap();
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
@@ -234,7 +217,7 @@ async fn an_entry_another_user_owns_is_not_read() {
         eprintln!("needs root to chown a file to another user; skipped");
         return;
     }
-    let dir = Dir::new("foreign-entry");
+    let dir = Dir::new("hostile-foreign-entry");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache.put(&id(1), Bytes::from_static(b"planted")).await;
     std::os::unix::fs::chown(cache.path_of(&id(1)), Some(OTHER), Some(OTHER)).unwrap();
@@ -246,7 +229,7 @@ async fn an_entry_another_user_owns_is_not_read() {
 
 #[tokio::test]
 async fn a_future_mtime_is_expired_not_immortal() {
-    let dir = Dir::new("future");
+    let dir = Dir::new("hostile-future");
     let mut config = DiskCacheConfig::new(&dir.0);
     config.ttl = Duration::from_secs(2);
     let cache = DiskCache::new(config);
@@ -272,7 +255,7 @@ async fn a_future_mtime_is_expired_not_immortal() {
 
 #[tokio::test]
 async fn an_entry_cap_of_u64_max_does_not_overflow() {
-    let dir = Dir::new("cap-max");
+    let dir = Dir::new("hostile-cap-max");
     let mut config = DiskCacheConfig::new(&dir.0);
     config.max_entry_bytes = u64::MAX;
     let cache = DiskCache::new(config);
@@ -282,7 +265,7 @@ async fn an_entry_cap_of_u64_max_does_not_overflow() {
 
 #[tokio::test]
 async fn only_a_valid_entry_counts_as_filled() {
-    let dir = Dir::new("filled");
+    let dir = Dir::new("hostile-filled");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     cache
         .put(&id(9), Bytes::from_static(b"makes the folders"))
@@ -303,7 +286,7 @@ async fn only_a_valid_entry_counts_as_filled() {
 
 #[tokio::test]
 async fn a_hot_lock_file_is_kept_young() {
-    let dir = Dir::new("hot-lock");
+    let dir = Dir::new("hostile-hot-lock");
     let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
     let first = cache.lock(&id(1), Duration::from_millis(50)).await;
     assert!(matches!(first, Fill::Locked(_)));
@@ -324,7 +307,7 @@ async fn a_hot_lock_file_is_kept_young() {
 #[tokio::test]
 async fn refused_directories_say_why_and_sticky_ones_are_used() {
     use mmcache_disk_cache::{DiskStatus, Refusal};
-    let world = Dir::new("status-world");
+    let world = Dir::new("hostile-status-world");
     std::fs::create_dir_all(&world.0).unwrap();
     std::fs::set_permissions(&world.0, std::fs::Permissions::from_mode(0o777)).unwrap();
     let cache = DiskCache::new(DiskCacheConfig::new(&world.0));
@@ -341,7 +324,7 @@ async fn refused_directories_say_why_and_sticky_ones_are_used() {
         Fill::GaveUp
     ));
     // World-writable with the sticky bit (as /tmp): others cannot remove or rename our files.
-    let sticky = Dir::new("status-sticky");
+    let sticky = Dir::new("hostile-status-sticky");
     std::fs::create_dir_all(&sticky.0).unwrap();
     std::fs::set_permissions(&sticky.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let cache = DiskCache::new(DiskCacheConfig::new(&sticky.0));
@@ -349,12 +332,12 @@ async fn refused_directories_say_why_and_sticky_ones_are_used() {
     cache.put(&id(1), Bytes::from_static(b"x")).await;
     assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"x"[..]));
     // A directory that does not exist yet is made, ours, 0700.
-    let fresh = Dir::new("status-fresh");
+    let fresh = Dir::new("hostile-status-fresh");
     let cache = DiskCache::new(DiskCacheConfig::new(fresh.0.join("a/b")));
     assert_eq!(cache.status(), &DiskStatus::Enabled);
     assert_eq!(mode(&fresh.0.join("a/b")), 0o700);
     if is_root() {
-        let foreign = Dir::new("status-foreign");
+        let foreign = Dir::new("hostile-status-foreign");
         std::fs::create_dir_all(&foreign.0).unwrap();
         std::os::unix::fs::chown(&foreign.0, Some(OTHER), Some(OTHER)).unwrap();
         let cache = DiskCache::new(DiskCacheConfig::new(&foreign.0));
@@ -376,7 +359,7 @@ async fn shared_group_mode_trusts_the_group_and_makes_files_for_it() {
     }
     const GROUP: u32 = 54321;
     // A volume as Kubernetes mounts one with an fsGroup: another uid's, our group, 2775.
-    let dir = Dir::new("group");
+    let dir = Dir::new("hostile-group");
     std::fs::create_dir_all(&dir.0).unwrap();
     std::os::unix::fs::chown(&dir.0, Some(OTHER), Some(GROUP)).unwrap();
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o2775)).unwrap();
@@ -408,8 +391,8 @@ async fn shared_group_mode_trusts_the_group_and_makes_files_for_it() {
 
 #[tokio::test]
 async fn a_planted_v1_link_and_a_fifo_sweep_lock_are_not_used() {
-    let dir = Dir::new("v1-link");
-    let outside = Dir::new("v1-link-outside");
+    let dir = Dir::new("hostile-v1-link");
+    let outside = Dir::new("hostile-v1-link-outside");
     std::fs::create_dir_all(&outside.0).unwrap();
     std::fs::create_dir_all(&dir.0).unwrap();
     symlink(&outside.0, dir.0.join("v1")).unwrap();

@@ -223,7 +223,17 @@ impl Loader {
     /// or queued by write-behind). Returns whether everything was written. Call it before the
     /// process exits.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
-        let disk = self.inner.background.wait_idle(deadline);
+        let until = std::time::Instant::now() + deadline;
+        // The loader's write tasks first; then the disk tier's own writes, which may go on
+        // past the point where a task stopped waiting for them (the per-operation deadline).
+        let disk = async {
+            let tasks = self.inner.background.wait_idle(deadline).await;
+            let files = match &self.inner.disk {
+                Some(disk) => disk.flush(until).await,
+                None => true,
+            };
+            tasks && files
+        };
         let shared = async {
             match &self.inner.shared {
                 Some(shared) => shared.flush(deadline).await,

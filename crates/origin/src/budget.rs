@@ -69,6 +69,26 @@ impl Reservation {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Gives back the growth this body did not use, once it is whole: a body without a length
+    /// reserved what it might grow to, and keeps only what it holds.
+    pub(crate) fn trim_to(&mut self, used: u64) {
+        let Some(growth) = &mut self.growth else {
+            return;
+        };
+        let first = self.bytes - growth.num_permits() as u64 * UNIT;
+        let keep = used.saturating_sub(first).div_ceil(UNIT);
+        let spare = (growth.num_permits() as u64).saturating_sub(keep);
+        if spare == 0 {
+            return;
+        }
+        if spare == growth.num_permits() as u64 {
+            self.growth = None; // dropped: every unit back to the pool
+        } else {
+            drop(growth.split(spare as usize));
+        }
+        self.bytes -= spare * UNIT;
+    }
 }
 
 impl DownloadBudget {
@@ -220,6 +240,21 @@ mod tests {
         assert!(budget.grow(&mut r, 1).await.is_err(), "grows once");
         drop(r);
         assert_eq!(budget.available(), 2 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_grown_reservation_keeps_only_what_its_body_holds() {
+        let budget = DownloadBudget::new(16 << 20, Duration::from_secs(5));
+        let mut r = budget.reserve(1 << 20).await.unwrap();
+        budget.grow(&mut r, 7 << 20).await.unwrap();
+        assert_eq!(budget.available(), 8 << 20);
+        r.trim_to((1 << 20) + 1500); // 1 MiB first step + 2 KiB of growth kept
+        assert_eq!(r.bytes(), (1 << 20) + 2048);
+        assert_eq!(budget.available(), (16 << 20) - (1 << 20) - 2048);
+        r.trim_to(1000); // within the first step: no growth left
+        assert_eq!(r.bytes(), 1 << 20);
+        drop(r);
+        assert_eq!(budget.available(), 16 << 20);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

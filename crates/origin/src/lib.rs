@@ -327,6 +327,11 @@ async fn read_capped(
     if body.is_empty() {
         return Err(Error::EmptyBody);
     }
+    if body.capacity() > body.len() && announced.is_none() {
+        // Sized to what the body might have grown to: keep only what it holds.
+        reservation.trim_to(body.len() as u64);
+        body.shrink_to_fit();
+    }
     Ok(Bytes::from_owner(budget::Held {
         buf: body,
         _reservation: reservation,

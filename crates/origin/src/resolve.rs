@@ -177,7 +177,9 @@ impl Resolver {
 
     /// The receiver of `host`'s lookup in progress, starting one when there is none.
     fn join_or_start(&self, st: &mut State, host: &str) -> watch::Receiver<Option<Answer>> {
-        if let Some(rx) = st.inflight.get(host) {
+        // A lookup whose task ended without an answer (a panic, or its runtime shut down while
+        // this resolver lives on) is replaced, so the host is never stuck on a dead lookup.
+        if let Some(rx) = st.inflight.get(host).filter(|rx| rx.has_changed().is_ok()) {
             return rx.clone();
         }
         let (tx, rx) = watch::channel(None);
