@@ -7,7 +7,7 @@
 //! Code agent id replacing its session id, names matched case-insensitively, first value of a
 //! name, trimmed, non-blank, printable ASCII, at most `MAX_SCOPE_LEN` bytes); an
 //! `http::HeaderMap` of the same headers picks the same scope; the scoped identity is
-//! `sha256hex(scope) + ":" + url` and differs from the unscoped one.
+//! `sha256hex(scope) + ":" + dynamo_url_key(url)` and differs from the unscoped one.
 
 use mmcache_scope::{
     CLAUDE_CODE_AGENT_HEADER, CacheIdentity, MAX_SCOPE_LEN, SESSION_HEADERS, Scope,
@@ -98,7 +98,10 @@ fn check(pairs: &[(String, &[u8])], url: &str) {
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
     );
     let id = CacheIdentity::resolve(true, url, Some(&scope)).expect("a scope gives an identity");
-    assert_eq!(id.as_str(), format!("{digest}:{url}"));
+    assert_eq!(
+        id.as_str(),
+        format!("{digest}:{}", mmcache_scope::dynamo_url_key(url))
+    );
     assert_eq!(id, CacheIdentity::scoped(&scope, url));
     assert_ne!(id, CacheIdentity::unscoped(url));
     assert_eq!(
