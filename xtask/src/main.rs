@@ -19,6 +19,7 @@ mod demo;
 mod fuzz;
 mod gate;
 mod svg;
+mod wheel;
 
 use anyhow::bail;
 
@@ -34,7 +35,9 @@ usage: cargo xtask <command>
   fuzz [--target T]... [--secs N]
                        coverage-guided fuzzing, N s per target (default 20); fails on a crash or hang
   cluster [--masters N] [--tls]
-                       start a local Redis Cluster until Enter is pressed";
+                       start a local Redis Cluster until Enter is pressed
+  wheel [--target TRIPLE] [--test]
+                       the manylinux abi3 wheel into target/wheels; --test: install and test it";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -47,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "cluster" => common::run_cluster(&rest),
+        "wheel" => wheel::run(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
