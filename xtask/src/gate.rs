@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 4] = [
+const PREREQUISITES: [(&str, &str); 6] = [
     ("command -v redis-server", "redis-server"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
     // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
@@ -16,6 +16,10 @@ const PREREQUISITES: [(&str, &str); 4] = [
     ("python3 -c 'import ensurepip, venv'", "python3-venv"),
     // cjpeg writes the JPEG layouts Pillow cannot (odd sampling, arithmetic) for the parity test.
     ("command -v cjpeg", "libjpeg-turbo-progs"),
+    // The Python extension links libjpeg-turbo built from source (turbojpeg-sys): cmake builds
+    // it, nasm assembles its SIMD code (required: Pillow's build has it too).
+    ("command -v cmake", "cmake"),
+    ("command -v nasm", "nasm"),
 ];
 
 /// The virtual environment holding the Python packages of tests/requirements.txt.
@@ -87,6 +91,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         )?;
     }
     python_package(&python, &valkey)?;
+    // The manylinux wheel as a user gets it: built once, tested on CPython 3.9 and 3.13 with
+    // the system libturbojpeg masked.
+    crate::wheel::run(&["--test".to_owned()])?;
     step(
         "doc",
         Command::new("cargo")
