@@ -91,9 +91,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         )?;
     }
     python_package(&python, &valkey)?;
-    // The manylinux wheel as a user gets it: built once, tested on CPython 3.9 and 3.13 with
-    // the system libturbojpeg masked.
-    crate::wheel::run(&["--test".to_owned()])?;
     step(
         "doc",
         Command::new("cargo")
