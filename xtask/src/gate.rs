@@ -144,7 +144,10 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
 
 pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     println!("==> {name}");
+    let started = std::time::Instant::now();
     let status = cmd.status().with_context(|| format!("run {name}"))?;
+    // Each step's time, so a slow gate shows where its minutes go.
+    println!("<== {name}: {:.0} s", started.elapsed().as_secs_f64());
     if !status.success() {
         bail!("{name} failed ({status})");
     }
