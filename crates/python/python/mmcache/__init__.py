@@ -19,6 +19,7 @@ import numpy
 
 from . import _native, errors
 from ._native import Pixels, __version__, metrics_text, scope_from_headers
+from .embeddings import Embedding, Embeddings
 from .errors import (
     BatchError,
     BodyTooLargeError,
@@ -27,8 +28,14 @@ from .errors import (
     DecodeBusyError,
     DownloadBudgetError,
     DownloadBusyError,
+    EmbeddingComputeError,
+    EmbeddingDeviceError,
+    EmbeddingError,
+    EmbeddingTooLargeError,
+    EmbeddingTypeError,
     EmptyBodyError,
     ImageTooLargeError,
+    InvalidEmbeddingError,
     InvalidDataUrlError,
     LoadTimeoutError,
     MmcacheError,
@@ -48,9 +55,17 @@ __all__ = [
     "DecodeBusyError",
     "DownloadBudgetError",
     "DownloadBusyError",
+    "Embedding",
+    "EmbeddingComputeError",
+    "EmbeddingDeviceError",
+    "EmbeddingError",
+    "EmbeddingTooLargeError",
+    "EmbeddingTypeError",
+    "Embeddings",
     "EmptyBodyError",
     "ImageTooLargeError",
     "InvalidDataUrlError",
+    "InvalidEmbeddingError",
     "LoadTimeoutError",
     "Loader",
     "MmcacheError",
@@ -114,6 +129,12 @@ class Loader(_native.Loader):
         origin status, else the first URL-policy error, else the only error, else a
         :class:`BatchError` listing ``(index, error)`` for each."""
         return await super().load_batch(urls, scope)
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedding caches: ``await loader.embeddings.get_or_compute(key, compute,
+        model=...)`` (see :mod:`mmcache.embeddings`)."""
+        return Embeddings(super().embeddings)
 
     async def flush_async(self, timeout_secs: float = 5.0) -> bool:
         """Waits up to ``timeout_secs`` for queued shared-cache writes; whether all landed."""
