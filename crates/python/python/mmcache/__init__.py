@@ -97,8 +97,8 @@ class Loader(_native.Loader):
     ``disk_cache_ttl_secs``, ``decoded_cache_bytes``, ``decoded_cache_entries``,
     ``max_pixels``, ``image_formats`` (``"jpeg,png,webp"`` or a list), ``decode_memory_bytes``,
     ``decode_concurrency``, ``decode_wait_secs``,
-    ``origin_timeout_secs``, ``origin_connect_timeout_secs``. A bad value raises
-    :class:`ConfigError` (a ``ValueError``) naming it.
+    ``origin_timeout_secs``, ``origin_connect_timeout_secs``, ``embedding_cache_bytes``.
+    A bad value raises :class:`ConfigError` (a ``ValueError``) naming it.
 
     Loads return a read-only ``numpy.ndarray`` of shape (H, W, 3), dtype uint8, viewing the
     decoded pixels without a copy (a cache hit shares the cached pixels). Failures raise a
