@@ -221,6 +221,7 @@ def test_dlpack_tensors_in_and_out():
         (DLPackOnly(np.ones(4, np.float32), device=(2, 0)), errors.EmbeddingDeviceError, "CPU"),
         (np.ones(4, dtype=np.float64), errors.InvalidEmbeddingError, "float64"),
         (np.ones(4, dtype=np.int32), errors.InvalidEmbeddingError, "int32"),
+        (np.ones(4, dtype=">f4"), errors.InvalidEmbeddingError, "byte order"),
         (np.ones((4, 4), dtype=np.float32)[:, ::2], errors.InvalidEmbeddingError, "contiguous"),
         (DLPackOnly(np.ones((4, 4), np.float32)[:, ::2]), errors.InvalidEmbeddingError, "contiguous"),
         (DLPackOnly(np.ones(4, np.int16)), errors.InvalidEmbeddingError, "dtype"),
