@@ -100,8 +100,18 @@ pub(crate) fn from_array(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
 
 fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
     let py = array.py();
-    let name: String = array.getattr("dtype")?.getattr("name")?.extract()?;
+    let np_dtype = array.getattr("dtype")?;
+    let name: String = np_dtype.getattr("name")?.extract()?;
     let dtype = dtype_named(py, &name)?;
+    // A byte-swapped dtype has the same name: its bytes would be read as little-endian.
+    if !np_dtype.getattr("isnative")?.extract::<bool>()? {
+        return Err(errors::invalid_embedding(
+            py,
+            format!(
+                "the embedding array is {name} in non-native byte order: pass a.astype(a.dtype.newbyteorder('='))"
+            ),
+        ));
+    }
     if !array
         .getattr("flags")?
         .getattr("c_contiguous")?
