@@ -294,3 +294,52 @@ def test_an_entry_over_the_budget_is_returned_not_stored():
     assert got.source == "computed" and got.array.shape == (4096,)
     assert cached is None
     assert loader.embeddings.stats["entries"] == 0
+
+
+def test_a_caller_on_another_thread_and_loop_joins_the_compute():
+    import threading
+
+    loader = mmcache.Loader()
+    started, release = threading.Event(), threading.Event()
+    runs = []
+
+    async def compute():
+        runs.append(threading.get_ident())
+        started.set()
+        while not release.is_set():  # bounded by the 60 s wait_for of its caller
+            await asyncio.sleep(0.01)
+        return np.full(16, 3.0, dtype=np.float32)
+
+    results = {}
+
+    def coalesced() -> float:
+        for line in mmcache.metrics_text().splitlines():
+            if line.startswith("mmcache_embedding_coalesced_total"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = coalesced()
+
+    def other_thread():
+        assert started.wait(30)
+        results["other"] = run(loader.embeddings.get_or_compute("t", compute, model=MODEL))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+
+    async def main():
+        first = asyncio.create_task(loader.embeddings.get_or_compute("t", compute, model=MODEL))
+        for _ in range(3000):  # bounded (30 s): until the other thread's call has joined
+            if coalesced() > before:
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+        return await first
+
+    results["main"] = run(main())
+    thread.join(60)
+    assert not thread.is_alive()
+    assert runs == [threading.get_ident()]  # on the first caller's loop, once
+    assert results["main"].source == "computed"
+    assert results["other"].source == "inflight"
+    assert ptr(results["main"].array) == ptr(results["other"].array)
