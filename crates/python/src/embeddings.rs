@@ -275,28 +275,30 @@ impl CachedEmbedding {
         self.embedding.bytes().len()
     }
 
-    /// DLPack export (through numpy's, over the same read-only memory): float32 and float16.
+    /// DLPack 1.0 export over the same read-only memory (float32, float16, bfloat16):
+    /// `torch.from_dlpack(entry)`, `numpy.from_dlpack(entry)` (dtypes numpy has).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
         stream: Option<Bound<'py, PyAny>>,
-        max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<Bound<'py, PyAny>>,
-        copy: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.embedding.dtype() == mmcache_loader::embeddings::DType::BF16 {
+        // `stream` is for device memory; ours is the host's.
+        let _ = stream;
+        if dl_device.is_some_and(|d| d != (1, 0)) {
             return Err(pyo3::exceptions::PyBufferError::new_err(
-                "DLPack export of bfloat16 embeddings is not supported yet: use .array \
-                 (ml_dtypes.bfloat16), e.g. torch.from_numpy(e.array.view('uint16')).view(torch.bfloat16)",
+                "an embedding is in host memory: export to the CPU, then copy to the device",
             ));
         }
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("stream", stream)?;
-        kwargs.set_item("max_version", max_version)?;
-        kwargs.set_item("dl_device", dl_device)?;
-        kwargs.set_item("copy", copy)?;
-        self.array(py)?.call_method("__dlpack__", (), Some(&kwargs))
+        if copy == Some(true) {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "copy=True is not supported: the export shares the cached bytes",
+            ));
+        }
+        crate::dlpack::export(py, &self.embedding, max_version)
     }
 
     /// `(kDLCPU, 0)`: embeddings live in host memory.

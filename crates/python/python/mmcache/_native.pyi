@@ -38,7 +38,7 @@ class Loader:
     def flush_async(self, timeout_secs: float = 5.0) -> Any: ...
 
 class Embedding:
-    """One cached or computed embedding; exports DLPack (float32, float16)."""
+    """One cached or computed embedding; exports DLPack 1.0, read-only."""
 
     @property
     def array(self) -> numpy.ndarray: ...
