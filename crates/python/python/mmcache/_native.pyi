@@ -1,6 +1,6 @@
 """Type stubs of the native module (crates/python/src); the documented API is mmcache.Loader."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import numpy
@@ -32,8 +32,54 @@ class Loader:
     def session_scoped(self) -> bool: ...
     @property
     def shared_cache_enabled(self) -> bool: ...
+    @property
+    def embeddings(self) -> Embeddings: ...
     def flush(self, timeout_secs: float = 5.0) -> bool: ...
     def flush_async(self, timeout_secs: float = 5.0) -> Any: ...
+
+class Embedding:
+    """One cached or computed embedding; exports DLPack 1.0, read-only."""
+
+    @property
+    def array(self) -> numpy.ndarray: ...
+    @property
+    def metadata(self) -> bytes | None: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def nbytes(self) -> int: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+class TensorBytes:
+    """Owner of a cached embedding's bytes; the `base` of every `Embedding.array`."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+
+class Embeddings:
+    def get_or_compute(
+        self,
+        key: str,
+        compute: Callable[[], Awaitable[Any]],
+        *,
+        model: str,
+        scope: str | None = None,
+    ) -> Any: ...
+    def get(self, key: str, *, model: str, scope: str | None = None) -> Any: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
 
 def metrics_text() -> str: ...
 def scope_from_headers(
