@@ -128,6 +128,8 @@ struct Inner {
     sweeping: std::sync::atomic::AtomicBool,
     /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
     read_stall: std::sync::Mutex<Option<Stall>>,
+    /// Test seam: runs before each write's I/O (see [`DiskCache::inject_write_stall`]).
+    write_stall: std::sync::Mutex<Option<Stall>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -184,6 +186,7 @@ impl DiskCache {
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 read_stall: std::sync::Mutex::new(None),
+                write_stall: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -193,6 +196,15 @@ impl DiskCache {
     #[doc(hidden)]
     pub fn inject_read_stall(&self, stall: Option<Stall>) {
         if let Ok(mut s) = self.inner.read_stall.lock() {
+            *s = stall;
+        }
+    }
+
+    /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
+    /// on the thread of every write, before its I/O.
+    #[doc(hidden)]
+    pub fn inject_write_stall(&self, stall: Option<Stall>) {
+        if let Ok(mut s) = self.inner.write_stall.lock() {
             *s = stall;
         }
     }
@@ -369,11 +381,15 @@ impl DiskCache {
         let this = self.clone();
         let digest = identity.sha256_hex();
         let pending = self.inner.guard.pending_write();
+        let stall = self.inner.write_stall.lock().ok().and_then(|s| s.clone());
         let result = self
             .inner
             .guard
             .run(move || {
                 let _pending = pending;
+                if let Some(stall) = stall {
+                    stall();
+                }
                 this.write(&digest, &bytes)
             })
             .await;
