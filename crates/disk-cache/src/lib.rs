@@ -373,6 +373,14 @@ impl DiskCache {
     /// temporary file, then renamed into place. Failures are counted and ignored; a write
     /// past the deadline goes on in the background (see [`DiskCache::flush`]).
     pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
+        self.put_locked(identity, bytes, None).await;
+    }
+
+    /// [`DiskCache::put`] by the holder of the entry's fill `lock`: the lock is held until the
+    /// write really returned from the disk, even past the deadline at which this call stops
+    /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
+    /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
+    pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
@@ -386,7 +394,8 @@ impl DiskCache {
             .inner
             .guard
             .run(move || {
-                let _pending = pending;
+                // Both drop when the write's syscalls have returned.
+                let (_pending, _lock) = (pending, lock);
                 if let Some(stall) = stall {
                     stall();
                 }
