@@ -128,6 +128,8 @@ struct Inner {
     sweeping: std::sync::atomic::AtomicBool,
     /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
     read_stall: std::sync::Mutex<Option<Stall>>,
+    /// Test seam: runs before each write's I/O (see [`DiskCache::inject_write_stall`]).
+    write_stall: std::sync::Mutex<Option<Stall>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -184,6 +186,7 @@ impl DiskCache {
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 read_stall: std::sync::Mutex::new(None),
+                write_stall: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -193,6 +196,15 @@ impl DiskCache {
     #[doc(hidden)]
     pub fn inject_read_stall(&self, stall: Option<Stall>) {
         if let Ok(mut s) = self.inner.read_stall.lock() {
+            *s = stall;
+        }
+    }
+
+    /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
+    /// on the thread of every write, before its I/O.
+    #[doc(hidden)]
+    pub fn inject_write_stall(&self, stall: Option<Stall>) {
+        if let Ok(mut s) = self.inner.write_stall.lock() {
             *s = stall;
         }
     }
@@ -361,6 +373,14 @@ impl DiskCache {
     /// temporary file, then renamed into place. Failures are counted and ignored; a write
     /// past the deadline goes on in the background (see [`DiskCache::flush`]).
     pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
+        self.put_locked(identity, bytes, None).await;
+    }
+
+    /// [`DiskCache::put`] by the holder of the entry's fill `lock`: the lock is held until the
+    /// write really returned from the disk, even past the deadline at which this call stops
+    /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
+    /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
+    pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
@@ -369,11 +389,16 @@ impl DiskCache {
         let this = self.clone();
         let digest = identity.sha256_hex();
         let pending = self.inner.guard.pending_write();
+        let stall = self.inner.write_stall.lock().ok().and_then(|s| s.clone());
         let result = self
             .inner
             .guard
             .run(move || {
-                let _pending = pending;
+                // Both drop when the write's syscalls have returned.
+                let (_pending, _lock) = (pending, lock);
+                if let Some(stall) = stall {
+                    stall();
+                }
                 this.write(&digest, &bytes)
             })
             .await;
