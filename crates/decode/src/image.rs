@@ -4,6 +4,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use image::{DynamicImage, ImageReader};
+use mmcache_scope::ContentKey;
 
 use crate::error::{Error, Result};
 use crate::{gif, jpeg, png, turbo, webp};
@@ -326,6 +327,8 @@ pub struct Probe {
     pub height: u32,
     /// Bytes the decode may hold at its peak (output included), estimated from the headers.
     pub memory_bytes: u64,
+    /// The blake3 digest of the bytes probed, computed here once: the decoded image keeps it.
+    pub content_key: ContentKey,
     headers: Headers,
 }
 
@@ -404,6 +407,8 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         width,
         height,
         memory_bytes,
+        // Last: refused bytes are never hashed.
+        content_key: ContentKey::of(bytes),
         headers,
     })
 }
@@ -413,6 +418,7 @@ pub struct DecodedImage {
     width: u32,
     height: u32,
     format: ImageFormat,
+    content_key: ContentKey,
     pixels: Vec<u8>,
 }
 
@@ -422,6 +428,7 @@ impl std::fmt::Debug for DecodedImage {
             .field("width", &self.width)
             .field("height", &self.height)
             .field("format", &self.format)
+            .field("content_key", &self.content_key)
             .finish_non_exhaustive()
     }
 }
@@ -442,6 +449,12 @@ impl DecodedImage {
         self.format
     }
 
+    /// The blake3 digest of the encoded bytes this image was decoded from, computed once
+    /// when they arrived (no rehash on a cache hit). Equal for two URLs of the same bytes.
+    pub fn content_key(&self) -> ContentKey {
+        self.content_key
+    }
+
     /// The RGB8 pixels, borrowed (no copy).
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
@@ -455,6 +468,12 @@ impl DecodedImage {
     /// Takes the pixel buffer.
     pub fn into_pixels(self) -> Vec<u8> {
         self.pixels
+    }
+}
+
+impl From<&DecodedImage> for ContentKey {
+    fn from(image: &DecodedImage) -> Self {
+        image.content_key
     }
 }
 
@@ -515,6 +534,7 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         width: probe.width,
         height: probe.height,
         format,
+        content_key: probe.content_key,
         pixels,
     })
 }
