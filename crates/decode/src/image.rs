@@ -2,6 +2,7 @@
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use image::{DynamicImage, ImageReader};
 use mmcache_scope::ContentKey;
@@ -413,14 +414,28 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
     })
 }
 /// A decoded RGB8 image: `width * height * 3` bytes, row-major, no padding.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Two images are equal when their size, format and pixels are (whichever bytes they came
+/// from, whether their vLLM hash was computed yet).
+#[derive(Clone)]
 pub struct DecodedImage {
     width: u32,
     height: u32,
     format: ImageFormat,
     content_key: ContentKey,
+    /// vLLM's hash of these pixels, computed on first use.
+    vllm_hash: OnceLock<[u8; 32]>,
     pixels: Vec<u8>,
 }
+
+impl PartialEq for DecodedImage {
+    fn eq(&self, other: &Self) -> bool {
+        (self.width, self.height, self.format) == (other.width, other.height, other.format)
+            && self.pixels == other.pixels
+    }
+}
+
+impl Eq for DecodedImage {}
 
 impl std::fmt::Debug for DecodedImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -455,6 +470,13 @@ impl DecodedImage {
         self.content_key
     }
 
+    /// vLLM's `MultiModalHasher.hash_kwargs("blake3", image=img)` for the PIL RGB image of
+    /// these pixels (vLLM 0.33.0; it hashes pixels, mode and shape, not bytes). Computed on
+    /// the first call (a pass over the pixels) and memoised; never on the load's path.
+    pub fn vllm_hash(&self) -> [u8; 32] {
+        *self.vllm_hash.get_or_init(|| crate::vllm::hash(self))
+    }
+
     /// The RGB8 pixels, borrowed (no copy).
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
@@ -463,6 +485,20 @@ impl DecodedImage {
     /// Size of the pixel buffer in bytes.
     pub fn byte_len(&self) -> usize {
         self.pixels.len()
+    }
+
+    /// A blank `width` x `height` image whose content key is `ContentKey::of(bytes)`: the
+    /// cache's tests need many distinct contents without decoding each.
+    #[cfg(test)]
+    pub(crate) fn blank(width: u32, height: u32, bytes: &[u8]) -> Self {
+        Self {
+            width,
+            height,
+            format: ImageFormat::Png,
+            content_key: ContentKey::of(bytes),
+            vllm_hash: OnceLock::new(),
+            pixels: vec![0; width as usize * height as usize * 3],
+        }
     }
 
     /// Takes the pixel buffer.
@@ -535,6 +571,7 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         height: probe.height,
         format,
         content_key: probe.content_key,
+        vllm_hash: OnceLock::new(),
         pixels,
     })
 }
