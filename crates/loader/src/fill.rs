@@ -464,6 +464,10 @@ impl Inner {
             let bytes = bytes.clone();
             blocking(move || mmcache_decode::probe(&bytes, &limits)).await??
         };
+        // The same bytes already decoded in this load's scope (under another URL): share it.
+        if let Some(image) = self.shared_content(&probe.content_key) {
+            return Ok(image);
+        }
         /// Images this small decode in well under a millisecond: in place, without the hop
         /// to the blocking pool (which costs about as much as the decode itself).
         const INLINE_DECODE_PIXELS: u64 = 256 * 256;

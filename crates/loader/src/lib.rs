@@ -55,6 +55,7 @@ mod background;
 mod budget;
 mod builder;
 mod config;
+mod content;
 mod data_url;
 pub mod embeddings;
 mod error;
@@ -379,9 +380,12 @@ impl Loader {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let outcome = inner.within_deadline(inner.fill(&identity, &url)).await;
-                    if let Ok((image, _, _)) = &outcome {
-                        inner.decoded.insert(&identity, image.clone());
+                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
+                    let mut outcome = inner.within_deadline(fill).await;
+                    if let Ok((image, _, _)) = &mut outcome {
+                        // The cache may already hold this content (a concurrent load of
+                        // another URL): every waiter gets the one copy it keeps.
+                        *image = inner.decoded.insert(&identity, image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);
