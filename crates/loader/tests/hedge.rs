@@ -209,7 +209,7 @@ fn cycle(
     })
 }
 
-/// A saturated machine: every GET is slower (the healthy masters answer within ~25 ms, a
+/// A saturated machine: every GET is slower (the healthy masters answer within ~20 ms, a
 /// median around 10 ms) while one master answers after up to 300 ms. 8 x the median would put
 /// the delay near 100 ms, and every load to the slow master would wait it: while only a
 /// minority of GETs is late, the delay stays within 4 x the floor (the cap is for a cluster
@@ -231,12 +231,14 @@ async fn a_slow_minority_keeps_the_delay_within_four_floors_on_a_slow_machine() 
     let ms = Duration::from_millis;
     let cyclers = vec![
         cycle(cluster.nodes[0].pid(), ms(300), ms(320), stop.clone()),
-        cycle(cluster.nodes[1].pid(), ms(22), ms(25), stop.clone()),
-        cycle(cluster.nodes[2].pid(), ms(22), ms(25), stop.clone()),
+        cycle(cluster.nodes[1].pid(), ms(20), ms(25), stop.clone()),
+        cycle(cluster.nodes[2].pid(), ms(20), ms(25), stop.clone()),
     ];
     let max_delay_us = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    for w in 0..16 {
+    // 8 loads at a time: enough to keep every master busy, not so many that this test's own
+    // runtime (a debug build on 2 cores) makes every GET late.
+    for w in 0..8 {
         let (loader, urls, stop, max) = (
             loader.clone(),
             urls.clone(),
