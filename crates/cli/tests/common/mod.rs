@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 /// The `mmcache` binary with a clean `DYN_MM_*`/`MMCACHE_*` environment and internal
 /// origins allowed (test origins live on 127.0.0.1).
-pub fn mmcache() -> Command {
+pub(crate) fn mmcache() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mmcache"));
     for var in mmcache_loader::env::ALL {
         cmd.env_remove(var);
@@ -17,7 +17,7 @@ pub fn mmcache() -> Command {
 }
 
 /// Exit code, stdout and stderr.
-pub fn text(out: &Output) -> (Option<i32>, String, String) {
+pub(crate) fn text(out: &Output) -> (Option<i32>, String, String) {
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -26,7 +26,7 @@ pub fn text(out: &Output) -> (Option<i32>, String, String) {
 }
 
 /// A scratch directory, removed on drop.
-pub struct Dir(pub PathBuf);
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Drop for Dir {
     fn drop(&mut self) {
@@ -35,7 +35,7 @@ impl Drop for Dir {
 }
 
 /// A fresh, empty scratch directory path (not created).
-pub fn scratch(name: &str) -> Dir {
+pub(crate) fn scratch(name: &str) -> Dir {
     let p = std::env::temp_dir().join(format!("mmcache-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&p);
     Dir(p)
