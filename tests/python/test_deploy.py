@@ -104,3 +104,14 @@ def test_the_check_catches_an_unknown_name():
         assert "mmcache_no_such_metric_total" in str(e)
     else:
         raise AssertionError("an unknown metric passed")
+
+
+def test_the_kubernetes_configmap_carries_deploy_redis_node_conf():
+    node_conf = (ROOT / "deploy/redis/node.conf").read_text()
+    settings = [l for l in node_conf.splitlines() if l.strip() and not l.startswith("#")]
+    manifest = (ROOT / "deploy/kubernetes/redis-cluster.yaml").read_text()
+    block = manifest.split("node.conf: |\n", 1)[1].split("---", 1)[0]
+    copied = [l.strip() for l in block.splitlines() if l.startswith("    ")]
+    assert copied == settings, (copied, settings)
+    for must in ("cluster-require-full-coverage no", "cluster-config-file nodes.conf"):
+        assert must in settings, must
