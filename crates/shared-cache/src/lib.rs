@@ -45,6 +45,7 @@
 mod breaker;
 mod conn;
 mod error;
+mod inspect;
 pub mod metrics;
 mod slots;
 mod warn;
@@ -63,6 +64,7 @@ use crate::conn::{Failure, install_crypto_provider};
 
 pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
+pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
 pub use crate::warn::{Clock, ManualClock, SystemClock};
 
