@@ -29,11 +29,14 @@ const LEASE_TTL: Duration = Duration::from_secs(5);
 /// Bound on any one worker's life: far past what a pass needs.
 const WORKER_LIMIT: Duration = Duration::from_secs(60);
 
+/// One proof.
+type Test = fn() -> Result<()>;
+
 fn main() -> Result<()> {
     if std::env::var_os(WORKER).is_some() {
         return worker();
     }
-    let tests: [(&str, fn() -> Result<()>); 3] = [
+    let tests: [(&str, Test); 3] = [
         (
             "two_processes_sharing_a_disk_directory_compute_once",
             disk_two,
@@ -200,7 +203,6 @@ fn finish(run: &mut Run) -> Result<Vec<(u32, bool, String)>> {
 fn elapsed_ms(text: &str) -> Option<u64> {
     text.split("elapsed_ms=")
         .nth(1)?
-        .trim()
         .split_whitespace()
         .next()?
         .parse()
@@ -275,8 +277,9 @@ fn killed_holder() -> Result<()> {
         .position(|c| c.id() == holder)
         .context("the holder is one of ours")?;
     let mut c = run.children.remove(i);
-    c.kill()?; // SIGKILL: no lease release, no cleanup
+    let killed = c.kill(); // SIGKILL: no lease release, no cleanup
     c.wait()?;
+    killed?;
     let done = finish(&mut run)?;
     let took = opened.elapsed();
     for (pid, ok, text) in &done {

@@ -45,6 +45,7 @@
 mod breaker;
 mod conn;
 mod error;
+mod keyed;
 pub mod metrics;
 mod slots;
 mod warn;
