@@ -220,9 +220,11 @@ fn push_tensor(out: &mut Vec<u8>, embedding: &Embedding) {
     if cfg!(target_endian = "little") {
         out.extend_from_slice(embedding.bytes());
     } else if let Some(v) = embedding.as_f32() {
-        v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        v.iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     } else if let Some(v) = embedding.as_u16_bits() {
-        v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        v.iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     }
 }
 
@@ -244,13 +246,19 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
     fn u16(&mut self) -> Result<u16, WireError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap_or([0; 2])))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().unwrap_or([0; 2]),
+        ))
     }
     fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or([0; 4])))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or([0; 4]),
+        ))
     }
     fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or([0; 8])))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or([0; 8]),
+        ))
     }
 }
 
@@ -373,9 +381,7 @@ impl Manifest {
         let chunk = u32::try_from(chunk_bytes)
             .ok()
             .filter(|&c| c > 0)
-            .ok_or(WireError::Unencodable {
-                what: "chunk size",
-            })?;
+            .ok_or(WireError::Unencodable { what: "chunk size" })?;
         let count = u32::try_from(value.len().div_ceil(chunk as usize)).map_err(|_| {
             WireError::Unencodable {
                 what: "chunk count",
@@ -443,7 +449,9 @@ impl Manifest {
                     needed: MANIFEST_BYTES,
                 }
             } else {
-                WireError::Corrupt { what: "manifest length" }
+                WireError::Corrupt {
+                    what: "manifest length",
+                }
             });
         }
         let u = |r: std::ops::Range<usize>| {

@@ -51,7 +51,10 @@ fn aligned_value_is_used_in_place() {
     let back = decode_value(&v, &k, MODEL, CAP).unwrap();
     let (start, end) = (v.as_ptr() as usize, v.as_ptr() as usize + v.len());
     let at = back.bytes().as_ptr() as usize;
-    assert!(at >= start && at < end, "tensor was copied out of the buffer");
+    assert!(
+        at >= start && at < end,
+        "tensor was copied out of the buffer"
+    );
     assert!(back.as_f32().is_some());
 }
 
@@ -91,7 +94,12 @@ fn foreign_and_other_key_or_model_are_refused() {
     let e = decode_value(&aligned(&v), &k, "other-model", CAP).unwrap_err();
     assert_eq!(e, WireError::OtherKey { what: "model" });
     // A PNG, a Dynamo image entry, or anything else.
-    let e = decode_value(&Bytes::from_static(b"\x89PNG\r\n\x1a\n...."), &k, MODEL, CAP);
+    let e = decode_value(
+        &Bytes::from_static(b"\x89PNG\r\n\x1a\n...."),
+        &k,
+        MODEL,
+        CAP,
+    );
     assert_eq!(e.unwrap_err(), WireError::Foreign { version: 0 });
     let mut future = v.clone();
     future[4] = 2;
@@ -172,8 +180,14 @@ fn manifest_round_trips_and_refuses_corruption() {
 fn unencodable_embeddings_are_typed_errors() {
     let k = key("a");
     let e = Embedding::from_f32(vec![1; 9], vec![0.0]).unwrap();
-    assert_eq!(encode_value(&k, MODEL, &e).unwrap_err().kind(), "unencodable");
+    assert_eq!(
+        encode_value(&k, MODEL, &e).unwrap_err().kind(),
+        "unencodable"
+    );
     let long = "m".repeat(70_000);
     let e = Embedding::from_f32(vec![1], vec![0.0]).unwrap();
-    assert_eq!(encode_value(&k, &long, &e).unwrap_err().kind(), "unencodable");
+    assert_eq!(
+        encode_value(&k, &long, &e).unwrap_err().kind(),
+        "unencodable"
+    );
 }
