@@ -61,6 +61,7 @@
 //!   therefore hold fewer of both than either limit alone would allow.
 
 mod embedding;
+mod embedding_wire;
 mod error;
 mod gif;
 mod image;
@@ -80,6 +81,10 @@ use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 pub use crate::embedding::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
     MAX_EMBEDDING_METADATA_BYTES, TensorError,
+};
+pub use crate::embedding_wire::{
+    DEFAULT_EMBEDDING_CHUNK_BYTES, DEFAULT_EMBEDDING_MAX_VALUE_BYTES, EMBEDDING_FORMAT_VERSION,
+    MANIFEST_BYTES, MAX_DIMS, Manifest, ValueBuf, WireError, decode_value, encode_value,
 };
 pub use crate::error::{Error, Result};
 pub use crate::image::{

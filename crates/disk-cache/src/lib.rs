@@ -51,6 +51,7 @@ mod config;
 mod fsops;
 mod guard;
 mod lock;
+mod named;
 mod sweep;
 mod trust;
 
@@ -69,6 +70,7 @@ pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
 use fsops::{FsError, FsResult, Owners};
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::FillLock;
+pub use named::EntryName;
 pub use trust::{DiskStatus, Refusal};
 
 /// Default byte budget: 10 GiB.
@@ -279,13 +281,17 @@ impl DiskCache {
     /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
     /// is not ours, a slow disk, or any I/O error (counted, never returned).
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
+        self.get_digest(identity.sha256_hex()).await
+    }
+
+    /// [`DiskCache::get`] by the entry's hex digest name.
+    pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
         let c = &self.inner.counters;
         if !self.enabled() {
             bump(&c.misses, 1);
             return None;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let stall = self.inner.read_stall.lock().ok().and_then(|s| s.clone());
         let result = self
             .inner
@@ -381,13 +387,17 @@ impl DiskCache {
     /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
     /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
     pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
+        self.put_digest(identity.sha256_hex(), bytes, lock).await;
+    }
+
+    /// [`DiskCache::put_locked`] by the entry's hex digest name.
+    pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
             return;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let pending = self.inner.guard.pending_write();
         let stall = self.inner.write_stall.lock().ok().and_then(|s| s.clone());
         let result = self
@@ -469,11 +479,15 @@ impl DiskCache {
 
     /// Removes `identity`'s entry (its bytes did not decode).
     pub async fn remove(&self, identity: &CacheIdentity) {
+        self.remove_digest(identity.sha256_hex()).await;
+    }
+
+    /// [`DiskCache::remove`] by the entry's hex digest name.
+    pub(crate) async fn remove_digest(&self, digest: String) {
         if !self.enabled() {
             return;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let removed = self
             .inner
             .guard
@@ -512,10 +526,14 @@ impl DiskCache {
     /// it is written, not when the holder's whole load ends. Never an error: a lock that
     /// cannot be made (or a slow disk) is [`Fill::GaveUp`] at once.
     pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Fill {
+        self.lock_digest(identity.sha256_hex(), wait).await
+    }
+
+    /// [`DiskCache::lock`] by the entry's hex digest name.
+    pub(crate) async fn lock_digest(&self, digest: String, wait: Duration) -> Fill {
         if !self.enabled() {
             return Fill::GaveUp;
         }
-        let digest = identity.sha256_hex();
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(2);
         loop {

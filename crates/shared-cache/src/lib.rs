@@ -46,6 +46,7 @@ mod breaker;
 mod conn;
 mod error;
 mod inspect;
+mod keyed;
 pub mod metrics;
 mod slots;
 mod warn;
