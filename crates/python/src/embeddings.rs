@@ -150,12 +150,45 @@ impl Call {
             Some(s) => Scope::new(&text("scope", s)?),
             None => None,
         };
+        // `mmcache.ContentKey` (a str of 64 hex digits) keys by content, as Rust's
+        // `EmbeddingKeyInput::content` does, so Rust and Python workers share its entries.
+        let input = if key.hasattr("__mmcache_content_key__")? {
+            let hex = text("key", key)?;
+            match content_key_bytes(&hex) {
+                Some(bytes) => EmbeddingKeyInput::content(bytes),
+                None => {
+                    return Err(errors::embedding_type(
+                        py,
+                        format!(
+                            "a ContentKey is 64 hex digits, got {} characters",
+                            hex.len()
+                        ),
+                    ));
+                }
+            }
+        } else {
+            EmbeddingKeyInput::caller(text("key", key)?)
+        };
         Ok(Self {
-            input: EmbeddingKeyInput::caller(text("key", key)?),
+            input,
             model: text("model", model)?,
             scope,
         })
     }
+}
+
+/// The 32 bytes of a content key written as 64 hex digits.
+fn content_key_bytes(hex: &str) -> Option<[u8; 32]> {
+    let digits = hex.as_bytes();
+    if digits.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
 }
 
 /// Runs `compute()` on the caller's loop (`locals`) and converts what it returns.

@@ -19,7 +19,7 @@ import numpy
 
 from . import _native, errors
 from ._native import Pixels, __version__, metrics_text, scope_from_headers
-from .embeddings import Embedding, Embeddings
+from .embeddings import ContentKey, Embedding, Embeddings, content_key
 from .errors import (
     BatchError,
     BodyTooLargeError,
@@ -52,6 +52,7 @@ __all__ = [
     "BodyTooLargeError",
     "BusyError",
     "ConfigError",
+    "ContentKey",
     "DecodeBusyError",
     "DownloadBudgetError",
     "DownloadBusyError",
@@ -77,6 +78,7 @@ __all__ = [
     "UnsupportedImageError",
     "UrlPolicyError",
     "__version__",
+    "content_key",
     "errors",
     "metrics_text",
     "scope_from_headers",

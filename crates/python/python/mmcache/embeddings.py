@@ -18,7 +18,7 @@ from typing import Any
 from . import _native
 from ._native import Embedding
 
-__all__ = ["Embedding", "Embeddings"]
+__all__ = ["ContentKey", "Embedding", "Embeddings", "content_key"]
 
 
 class Embeddings:
@@ -52,3 +52,35 @@ class Embeddings:
 
     def __repr__(self) -> str:
         return repr(self._native)
+
+
+class ContentKey(str):
+    """An image's content key: blake3 of its encoded bytes, 64 hex digits.
+
+    Used as an embedding key, it keys by content, exactly as Rust's
+    ``EmbeddingKeyInput::content`` does: one image under two URLs gets one embedding, and Rust
+    and Python workers share it. Get one from :func:`content_key`.
+    """
+
+    __slots__ = ()
+    __mmcache_content_key__ = True
+
+
+def content_key(image: Any) -> ContentKey:
+    """The content key of an image array a load returned (or of its ``Pixels`` owner).
+
+    It is read from the array's owner, taken once when the encoded bytes arrived, never
+    recomputed; an array that is not (a view of) a loaded image raises ``TypeError``.
+    """
+    owner = image
+    # numpy views keep their source as `.base`: follow the chain to our owner.
+    for _ in range(64):
+        if isinstance(owner, _native.Pixels):
+            return ContentKey(owner.content_key)
+        owner = getattr(owner, "base", None)
+        if owner is None:
+            break
+    raise TypeError(
+        "content_key() takes an image array returned by an mmcache load (or a view of one); "
+        f"got {type(image).__name__}, which no load returned"
+    )
