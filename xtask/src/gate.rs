@@ -93,6 +93,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .args(["doc", "--no-deps", "--workspace"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    // Publishability: cargo package (verified), packaged doctests, MSRV.
+    crate::package::check()?;
+    crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
 }
