@@ -185,10 +185,10 @@ fn met(target: &str, ratio: Option<f64>, rate: Option<f64>) -> &'static str {
             };
             return word(rate >= n * scale);
         }
-    } else if let Some(rest) = target.strip_prefix('=') {
-        if let (Some(want), Some(r)) = (first_number(rest), ratio) {
-            return word((r - want).abs() < 1e-9);
-        }
+    } else if let Some(rest) = target.strip_prefix('=')
+        && let (Some(want), Some(r)) = (first_number(rest), ratio)
+    {
+        return word((r - want).abs() < 1e-9);
     }
     "-"
 }
