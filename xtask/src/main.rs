@@ -11,13 +11,18 @@
 //! - `fuzz`: coverage-guided fuzzing (cargo-afl, AFL++) of every input surface for a bounded
 //!   time; fails on any crash or hang. Builds fuzz/, a workspace of its own, in `target/fuzz/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
+//! - `bench-docs`: regenerate docs/benchmarks.md's table from docs/bench-results.json.
+//! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
+//!   sources, and the MSRV check; `test` runs it too.
 
 mod bench;
+mod bench_docs;
 mod chaos;
 mod common;
 mod demo;
 mod fuzz;
 mod gate;
+mod package;
 mod svg;
 
 use anyhow::bail;
@@ -34,7 +39,10 @@ usage: cargo xtask <command>
   fuzz [--target T]... [--secs N]
                        coverage-guided fuzzing, N s per target (default 20); fails on a crash or hang
   cluster [--masters N] [--tls]
-                       start a local Redis Cluster until Enter is pressed";
+                       start a local Redis Cluster until Enter is pressed
+  bench-docs [--results FILE | --merge FILE] [--check]
+                       regenerate docs/benchmarks.md's table from docs/bench-results.json
+  package              cargo package (verified), packaged doctests, MSRV check (part of test)";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -47,6 +55,8 @@ fn main() -> anyhow::Result<()> {
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "cluster" => common::run_cluster(&rest),
+        "package" => package::run(&rest),
+        "bench-docs" => bench_docs::run(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

@@ -25,7 +25,12 @@
 //! use mmcache_decode::{decode, DecodeLimits, DecodedCache};
 //! use mmcache_scope::{CacheIdentity, ContentKey};
 //!
-//! let png = mmcache_test_support::images::png(4, 3, 7);
+//! // A 4×3 RGB PNG, encoded with the `png` crate.
+//! let mut png = Vec::new();
+//! let mut encoder = png::Encoder::new(&mut png, 4, 3);
+//! encoder.set_color(png::ColorType::Rgb);
+//! encoder.write_header().unwrap().write_image_data(&[7; 36]).unwrap();
+//!
 //! let image = Arc::new(decode(&png, &DecodeLimits::default()).unwrap());
 //! assert_eq!((image.width(), image.height(), image.pixels().len()), (4, 3, 36));
 //!
