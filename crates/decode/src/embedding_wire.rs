@@ -43,6 +43,10 @@ pub const DEFAULT_EMBEDDING_MAX_VALUE_BYTES: u64 = 64 << 20;
 /// Default size over which a value is stored in chunks, and the chunk size: 2 MiB
 /// (`MMCACHE_EMBEDDING_CHUNK_BYTES`).
 pub const DEFAULT_EMBEDDING_CHUNK_BYTES: u64 = 2 << 20;
+/// The most chunks one value may have. A manifest naming more is refused before any chunk is
+/// read, so a forged one (say 64 MiB in 1-byte chunks) cannot make a reader start millions of
+/// GETs; the loader refuses a chunk size that would need more for its value cap.
+pub const MAX_EMBEDDING_CHUNKS: u32 = 1024;
 /// Bytes of an encoded [`Manifest`].
 pub const MANIFEST_BYTES: usize = 128;
 
@@ -487,6 +491,7 @@ impl Manifest {
         if m.chunk_bytes == 0
             || u64::from(m.chunk_bytes) > max_chunk_bytes
             || u64::from(m.count) != expected
+            || m.count > MAX_EMBEDDING_CHUNKS
             || m.total_len < (FIXED + SUM) as u64
         {
             return Err(WireError::Corrupt { what: "manifest" });

@@ -191,3 +191,31 @@ fn unencodable_embeddings_are_typed_errors() {
         "unencodable"
     );
 }
+
+#[test]
+fn a_manifest_of_too_many_chunks_is_refused_before_any_read() {
+    // A forged manifest, well formed and checksummed: 64 MiB in 1-byte chunks.
+    let k = key("a");
+    let m = Manifest {
+        total_len: 64 << 20,
+        chunk_bytes: 1,
+        count: 64 << 20,
+        generation: 1,
+        value_sum: [0; 32],
+    };
+    let bytes = m.encode(&k);
+    assert_eq!(
+        Manifest::decode(&bytes, &k, 64 << 20, 64 << 20)
+            .unwrap_err()
+            .kind(),
+        "corrupt"
+    );
+    // The most chunks allowed still decode.
+    let m = Manifest {
+        total_len: u64::from(MAX_EMBEDDING_CHUNKS) * 64,
+        chunk_bytes: 64,
+        count: MAX_EMBEDDING_CHUNKS,
+        ..m
+    };
+    assert!(Manifest::decode(&m.encode(&k), &k, 64 << 20, 64 << 20).is_ok());
+}

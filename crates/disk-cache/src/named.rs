@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::{DiskCache, Fill};
+use crate::{DiskCache, Fill, FillLock};
 
 /// The name of an entry: a 32-byte digest, stored as 64 lowercase hex digits like image
 /// entries (`v1/<aa>/<digest>`).
@@ -42,9 +42,10 @@ impl DiskCache {
         self.get_digest(name.0.clone()).await
     }
 
-    /// Stores `bytes` under `name` ([`DiskCache::put`]).
-    pub async fn put_named(&self, name: &EntryName, bytes: Bytes) {
-        self.put_digest(name.0.clone(), bytes, None).await;
+    /// Stores `bytes` under `name` ([`DiskCache::put_locked`]: the holder's fill `lock`, if
+    /// any, is held until the write has really returned).
+    pub async fn put_named(&self, name: &EntryName, bytes: Bytes, lock: Option<FillLock>) {
+        self.put_digest(name.0.clone(), bytes, lock).await;
     }
 
     /// Removes the entry named `name` ([`DiskCache::remove`]).

@@ -719,11 +719,17 @@ impl Config {
         if self.embedding_chunk_bytes == 0
             || self.embedding_chunk_bytes > self.embedding_max_value_bytes
             || self.embedding_chunk_bytes > u64::from(u32::MAX)
+            // Readers refuse a manifest of more chunks than this (a forged one could name
+            // millions), so a value at the cap must fit in that many.
+            || self
+                .embedding_max_value_bytes
+                .div_ceil(self.embedding_chunk_bytes)
+                > u64::from(mmcache_decode::MAX_EMBEDDING_CHUNKS)
         {
             return Err(ConfigError::invalid(
                 env::EMBEDDING_CHUNK_BYTES,
                 &self.embedding_chunk_bytes.to_string(),
-                "an integer > 0, at most the value cap and 4 GiB",
+                "an integer > 0, at most the value cap and 4 GiB, and at least the value cap / 1024",
             ));
         }
         if self.max_pixels == 0 {

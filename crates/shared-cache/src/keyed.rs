@@ -89,7 +89,9 @@ impl SharedCache {
         }
     }
 
-    /// Gives the lease `key` back if it is still `token`'s, as [`SharedCache::release_lease`].
+    /// Gives the lease `key` back if it is still `token`'s, as [`SharedCache::release_lease`]
+    /// does (a compare-and-delete script: a holder whose work outlived the TTL never deletes
+    /// the next holder's lease).
     pub async fn release_lease_key(&self, key: &str, token: u64) {
         const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
         let _ = self

@@ -23,6 +23,22 @@ fn embedding(tokens: usize) -> Embedding {
     Embedding::from_f32(vec![tokens, 64], vec![0.25; tokens * 64]).expect("shape matches")
 }
 
+/// A 30 ms encoder of a 1300-token embedding that counts its calls.
+fn encoder(
+    calls: Arc<AtomicUsize>,
+) -> impl FnOnce() -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Embedding, std::io::Error>> + Send>,
+> + Send
++ 'static {
+    move || {
+        Box::pin(async move {
+            calls.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(COMPUTE).await;
+            Ok(embedding(1300))
+        })
+    }
+}
+
 pub(super) async fn rows(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![memory_hit(o).await?, one_key(o).await?];
     for fleet in [false, true] {
@@ -112,11 +128,7 @@ async fn one_key(o: &Opts) -> anyhow::Result<Row> {
                 let t = Instant::now();
                 loader
                     .embeddings()
-                    .get_or_compute(&key, MODEL, None, move || async move {
-                        computes.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(COMPUTE).await;
-                        Ok::<_, std::io::Error>(embedding(1300))
-                    })
+                    .get_or_compute(&key, MODEL, None, encoder(computes))
                     .await
                     .map(|_| t.elapsed())
             });
@@ -174,11 +186,7 @@ async fn fleet_row(o: &Opts, cluster: &RedisCluster, fleet: bool) -> anyhow::Res
             set.spawn(async move {
                 let t = Instant::now();
                 l.embeddings()
-                    .get_or_compute(&key, MODEL, None, move || async move {
-                        computes.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(COMPUTE).await;
-                        Ok::<_, std::io::Error>(embedding(1300))
-                    })
+                    .get_or_compute(&key, MODEL, None, encoder(computes))
                     .await
                     .map(|_| t.elapsed())
             });

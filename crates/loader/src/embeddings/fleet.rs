@@ -25,6 +25,9 @@ use crate::background::Background;
 /// A chunk's key outlives its manifest's by this much, so a live manifest never names a
 /// chunk that has expired.
 const CHUNK_TTL_MARGIN: Duration = Duration::from_secs(60);
+/// Chunk GETs of one read in flight at once: enough to spread over the masters, few enough
+/// that one read never floods them.
+const CHUNK_READS: u32 = 16;
 /// Longest pause between two polls of a lease waiter.
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// However many holders come and go, a waiter waits at most this many lease TTLs in all.
@@ -231,10 +234,10 @@ impl Fleet {
         self.background.spawn(async move {
             let disk_write = async {
                 if let Some(disk) = &disk {
-                    disk.put_named(&disk_name(&key), value.clone()).await;
+                    disk.put_named(&disk_name(&key), value.clone(), disk_lock)
+                        .await;
                     m.written("disk", value.len());
                 }
-                drop(disk_lock);
             };
             let shared_write = async {
                 if let Some(shared) = &shared {
@@ -286,9 +289,8 @@ impl Fleet {
         };
         let (name, m) = (disk_name(key), self.m.clone());
         self.background.spawn(async move {
-            disk.put_named(&name, value.clone()).await;
+            disk.put_named(&name, value.clone(), lock).await;
             m.written("disk", value.len());
-            drop(lock);
         });
     }
 
@@ -353,63 +355,80 @@ impl Fleet {
         let decoded = if Manifest::looks_like(&value) {
             self.read_chunks(shared, key, model, &value).await
         } else {
-            decode_value(&value, key, model, self.max_value)
+            decode_value(&value, key, model, self.max_value).map_err(Some)
         };
         match decoded {
             Ok(e) => {
                 self.m.hit("shared", e.bytes().len());
                 Some(e)
             }
-            Err(err) => {
+            Err(Some(err)) => {
                 self.bad("shared", &err);
                 shared.delete_key(&main).await;
+                None
+            }
+            Err(None) => {
+                self.m.miss("shared");
                 None
             }
         }
     }
 
-    /// Fetches a chunked value's chunks at once, each straight into its place in one aligned
-    /// buffer, then verifies the whole. A missing or stale chunk fails the value.
+    /// Fetches a chunked value's chunks, [`CHUNK_READS`] at a time, each straight into its
+    /// place in one aligned buffer, then verifies the whole. A missing or stale chunk fails
+    /// the value (`Err(Some(..))`: delete it); a chunk the cache could not answer now (an
+    /// error, an open breaker) is a miss that deletes nothing (`Err(None)`).
     async fn read_chunks(
         &self,
         shared: &SharedCache,
         key: &EmbeddingKey,
         model: &str,
         manifest: &[u8],
-    ) -> Result<Embedding, WireError> {
+    ) -> Result<Embedding, Option<WireError>> {
         let m = Manifest::decode(manifest, key, self.max_value, self.max_value)?;
+        let truncated = |got| WireError::Truncated {
+            len: got,
+            needed: m.total_len as usize,
+        };
         let mut set = tokio::task::JoinSet::new();
-        for i in 0..m.count {
-            let (shared, k) = (shared.clone(), chunk_key(key, m.generation, i));
-            let want = m.chunk_range(i).len();
-            set.spawn(async move { (i, shared.get_key(&k, want).await.0) });
+        let mut next = 0u32;
+        let mut spawn_next = |set: &mut tokio::task::JoinSet<_>| {
+            if next < m.count {
+                let (shared, k, i) = (shared.clone(), chunk_key(key, m.generation, next), next);
+                let want = m.chunk_range(i).len();
+                set.spawn(async move { (i, shared.get_key(&k, want).await) });
+                next += 1;
+            }
+        };
+        for _ in 0..CHUNK_READS {
+            spawn_next(&mut set);
         }
         let mut buf = ValueBuf::zeroed(m.total_len as usize);
         let mut got = 0;
         while let Some(r) = set.join_next().await {
-            let Ok((i, Some(chunk))) = r else {
-                return Err(WireError::Truncated {
-                    len: got,
-                    needed: m.total_len as usize,
-                });
+            let (i, chunk) = match r {
+                Ok((i, (Some(chunk), _))) => (i, chunk),
+                Ok((_, (None, GetOutcome::Miss | GetOutcome::Oversized))) => {
+                    return Err(Some(truncated(got)));
+                }
+                // Not an answer about the chunk: the value may be whole.
+                _ => return Err(None),
             };
             let range = m.chunk_range(i);
             if chunk.len() != range.len() {
-                return Err(WireError::Truncated {
-                    len: got,
-                    needed: m.total_len as usize,
-                });
+                return Err(Some(truncated(got)));
             }
             buf.as_mut_bytes()[range].copy_from_slice(&chunk);
             got += chunk.len();
+            spawn_next(&mut set);
         }
         let value = buf.freeze();
         if value[value.len() - 32..] != m.value_sum {
-            return Err(WireError::Corrupt {
+            return Err(Some(WireError::Corrupt {
                 what: "chunk of another write",
-            });
+            }));
         }
-        decode_value(&value, key, model, self.max_value)
+        decode_value(&value, key, model, self.max_value).map_err(Some)
     }
 }
 
