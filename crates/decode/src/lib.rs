@@ -420,6 +420,8 @@ impl std::fmt::Debug for DecodedCache {
 /// The most aliases the index holds: identities that name a cached image (a 64-byte key and
 /// value, about 100 bytes with quick_cache's slot, outside the byte budget: 25 MiB at most).
 const MAX_ALIASES: u64 = 1 << 18;
+/// The entry weight the alias index is sized for when no entry cap is set.
+const ALIAS_SIZING_ENTRY: u64 = 4 << 10;
 
 impl DecodedCache {
     /// A cache holding at most `max_bytes` of weighed entries and, when given, at most
@@ -432,10 +434,10 @@ impl DecodedCache {
     /// Like [`DecodedCache::new`] for a pixel limit other than the default: the largest image
     /// it lets through stays admissible (shards are sized so that it fits one).
     ///
-    /// The alias index holds four identities per image the budget (or the entry cap) is
-    /// sized for, at least 1024 and at most 262,144: beyond that the least used identities
-    /// lose their alias and load again below memory (their bytes then find the image by
-    /// content, without a second decode).
+    /// The alias index holds two identities per 4 KiB of budget (or per entry of the entry
+    /// cap), at least 1024 and at most 262,144: beyond that the least used identities lose
+    /// their alias and load again below memory (their bytes then find the image by content,
+    /// without a second decode).
     pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
         let gauges = Gauges::new(
             "mmcache_decoded_cache_entries",
@@ -447,9 +449,12 @@ impl DecodedCache {
                 .saturating_add(ENTRY_OVERHEAD_BYTES),
             ..DECODED_SIZING
         };
-        let images = max_entries.map_or(max_bytes / sizing.typical_entry, |n| n as u64);
+        // Sized for small images too (a 4 KiB entry is about 37 x 37 px): sized by the
+        // typical entry alone, a budget full of thumbnails would lose its aliases and load
+        // them again below memory.
+        let images = max_entries.map_or(max_bytes / ALIAS_SIZING_ENTRY, |n| n as u64);
         let aliases = (max_entries != Some(0))
-            .then(|| Cache::new(images.saturating_mul(4).clamp(1024, MAX_ALIASES) as usize));
+            .then(|| Cache::new(images.saturating_mul(2).clamp(1024, MAX_ALIASES) as usize));
         Self {
             inner: WeightedCache::new(max_bytes, max_entries, sizing, gauges),
             aliases,
@@ -578,6 +583,19 @@ mod tests {
             "{} > {max_bytes}",
             inner.weight()
         );
+    }
+
+    #[test]
+    fn a_budget_of_small_images_keeps_every_alias() {
+        // 30,000 small images (about 3 KiB each, 90 MiB) in the default 1 GiB budget: each is
+        // still a memory hit under its URL.
+        let cache = DecodedCache::new(1 << 30, None);
+        let n = 30_000;
+        for i in 0..n {
+            cache.insert(&id(i), img(30, 30));
+        }
+        let hits = (0..n).filter(|&i| cache.get(&id(i)).is_some()).count();
+        assert_eq!(hits, n);
     }
 
     #[test]
