@@ -3,7 +3,7 @@
 
 use clap::Args;
 use mmcache_loader::Config;
-use mmcache_loader::disk_cache::{DiskCache, DiskCacheConfig};
+use mmcache_loader::disk_cache::entry_path;
 use mmcache_loader::scope::CacheIdentity;
 use mmcache_loader::shared_cache::entry_key;
 
@@ -35,13 +35,9 @@ pub(crate) fn run(args: KeyArgs) -> anyhow::Result<u8> {
     println!("identity digest: {}", id.sha256_hex());
     println!("redis key: {}", entry_key(&id));
     match &config.disk.dir {
-        // path_of is a pure function of the directory and the identity.
-        Some(dir) => println!(
-            "disk path: {}",
-            DiskCache::new(DiskCacheConfig::new(dir))
-                .path_of(&id)
-                .display()
-        ),
+        // Only the path: opening the tier would create the directory (with this user's
+        // owner and mode, which the workers might then refuse).
+        Some(dir) => println!("disk path: {}", entry_path(dir, &id).display()),
         None => println!("disk tier: off (MMCACHE_DISK_CACHE_DIR unset)"),
     }
     Ok(0)

@@ -23,6 +23,10 @@ fn key_prints_the_redis_key_and_the_disk_path() {
             .unwrap(),
     );
     assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !dir.0.exists(),
+        "`mmcache key` created the disk directory (with its own user's owner and mode)"
+    );
     let id = CacheIdentity::unscoped(url);
     let path = DiskCache::new(DiskCacheConfig::new(&dir.0)).path_of(&id);
     assert!(stdout.contains(&entry_key(&id)), "{stdout}");

@@ -168,6 +168,13 @@ enum Found {
     Expired,
 }
 
+/// The file of `identity`'s entry in a disk tier rooted at `dir`, without opening or
+/// creating anything (what [`DiskCache::path_of`] returns for that directory).
+pub fn entry_path(dir: &std::path::Path, identity: &CacheIdentity) -> PathBuf {
+    let digest = identity.sha256_hex();
+    dir.join("v1").join(&digest[..2]).join(digest)
+}
+
 impl DiskCache {
     /// A disk tier over `config.dir`. Makes the directory when missing and judges it (within
     /// the operation deadline, on a thread of its own): a directory anyone may write without
@@ -238,13 +245,7 @@ impl DiskCache {
 
     /// The file of `identity`'s entry.
     pub fn path_of(&self, identity: &CacheIdentity) -> PathBuf {
-        let digest = identity.sha256_hex();
-        self.inner
-            .config
-            .dir
-            .join("v1")
-            .join(&digest[..2])
-            .join(digest)
+        entry_path(&self.inner.config.dir, identity)
     }
 
     fn enabled(&self) -> bool {
