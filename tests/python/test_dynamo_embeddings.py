@@ -137,3 +137,26 @@ def test_dynamo_metrics_callback_reads_the_wrapper(tmp_path):
     assert sample(third, f"{prefix}_misses_total") == 22
     assert sample(third, f"{prefix}_current_bytes") <= 64 * 1024
     assert endpoint.typed[0]() is not None
+
+
+def test_foreign_metadata_is_served_without_grid_fields():
+    """An entry another worker wrote with metadata that is not our JSON (not JSON at all, or
+    JSON that is not an object) still serves its tensor: the shim never fails on it."""
+    loader = mmcache.Loader()
+    cache = EmbeddingCache(loader, model=MODEL)
+    tensor = np.ones((2, 3), dtype=np.float32)
+
+    async def main():
+        for key, metadata in [("raw", b"\xff\x00 not json"), ("list", b"[1, 2]")]:
+
+            async def foreign():
+                return tensor, metadata
+
+            # Written through the plain API, as a worker of another kind would.
+            await loader.embeddings.get_or_compute(key, foreign, model=MODEL)
+            got = await cache.get(key)
+            assert got is not None
+            assert np.array_equal(got.tensor, tensor)
+            assert got.image_grid_thw is None
+
+    asyncio.run(asyncio.wait_for(main(), 60))

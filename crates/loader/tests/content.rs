@@ -88,9 +88,8 @@ async fn same_bytes_under_two_urls_share_one_decode_within_a_scope_only() {
     );
     assert!(Arc::ptr_eq(&a1, &b1) && Arc::ptr_eq(&a2, &b2));
     assert_eq!(scoped.decoded_cache().stats().entries, 2);
-    // Unscoped images are not reachable from a scope either (separate loaders aside, the
-    // content index keys unscoped and scoped slots apart).
-    assert!(!Arc::ptr_eq(&a1, &loaded[0]));
+    // (Unscoped and scoped slots of one cache never meet: decode's unit tests check that on one
+    // cache; these are two loaders, so comparing their images would prove nothing.)
 
     // An embedding keyed by content: either URL's image hits the same entry.
     let runs = Arc::new(AtomicUsize::new(0));

@@ -60,7 +60,14 @@ def _pack(value: Any) -> Any:
 
 
 def _unpack(entry: Any) -> CachedEmbedding:
-    fields = json.loads(entry.metadata) if entry.metadata else {}
+    # Metadata another worker wrote (a Rust one, say) need not be our JSON: an entry whose
+    # metadata is not a JSON object of grid fields is served without them, never an error.
+    try:
+        fields = json.loads(entry.metadata) if entry.metadata else {}
+    except (ValueError, UnicodeDecodeError):
+        fields = {}
+    if not isinstance(fields, dict):
+        fields = {}
     return CachedEmbedding(entry.array, **{k: fields.get(k) for k in _GRID_FIELDS})
 
 
