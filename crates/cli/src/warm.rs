@@ -64,6 +64,14 @@ pub(crate) async fn run(args: WarmArgs) -> anyhow::Result<u8> {
     let urls = read_urls(&args.file)?;
     let loader = Arc::new(Loader::from_env()?);
     let scope = crate::parse_scope(args.scope.as_deref())?;
+    if loader.config().session_scoped && scope.is_none() {
+        // Every load would bypass every cache: a warm that warms nothing must not succeed.
+        eprintln!(
+            "mmcache warm: DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 and no usable --scope, so no \
+             load would be cached; pass --scope"
+        );
+        return Ok(2);
+    }
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(urls.len() as u64);
         bar.set_style(

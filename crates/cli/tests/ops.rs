@@ -189,3 +189,27 @@ fn help_examples_run_as_printed() {
     }
     assert!(examples.len() >= 4, "{examples:?}");
 }
+
+#[test]
+fn warm_refuses_scoped_mode_without_a_scope() {
+    // It would load every URL past every cache and report success having cached nothing.
+    let mut cmd = mmcache();
+    cmd.env("DYN_MM_IMAGE_CACHE_SESSION_SCOPED", "1")
+        .args(["warm", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"data:image/png;base64,AAAA\n")
+        .unwrap();
+    let (code, _, stderr) = text(&child.wait_with_output().unwrap());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--scope"), "{stderr}");
+}
