@@ -379,3 +379,47 @@ def test_dlpack_export_is_versioned_read_only_and_covers_bfloat16():
     assert data == ptr(got.array)  # the cached bytes, no copy
     assert (device_type, code, bits, shape) == (1, 4, 16, (2, 3))  # CPU, bfloat16
     del capsule  # never consumed: its destructor frees the export (no leak, no crash)
+
+
+def test_a_cancelled_compute_is_an_error_for_the_waiters_not_their_cancellation():
+    import threading
+
+    loader = mmcache.Loader()
+    started = threading.Event()
+    joined = threading.Event()
+    results = {}
+
+    async def compute():
+        started.set()
+        await asyncio.sleep(60)  # cancelled long before: its loop ends below
+        return np.ones(4, dtype=np.float32)
+
+    def other_thread():
+        assert started.wait(30)
+
+        async def wait():
+            call = asyncio.ensure_future(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+            joined.set()
+            return await call
+
+        try:
+            results["other"] = run(wait())
+        except BaseException as e:  # noqa: BLE001 - the test inspects what was raised
+            results["other"] = e
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+
+    async def main():
+        task = asyncio.ensure_future(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+        assert await asyncio.to_thread(joined.wait, 30)
+        await asyncio.sleep(0.2)  # the other caller has joined the compute
+        task.cancel()  # this caller leaves; asyncio.run then cancels the compute's task
+
+    asyncio.run(main())
+    thread.join(60)
+    assert not thread.is_alive()
+    raised = results["other"]
+    assert isinstance(raised, mmcache.EmbeddingComputeError), repr(raised)
+    assert not isinstance(raised, asyncio.CancelledError)
+    assert "cancelled" in str(raised)

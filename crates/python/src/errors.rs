@@ -175,6 +175,19 @@ pub(crate) fn embedding_error(
     if let EmbeddingError::Compute { source } = err
         && let Some(raised) = source.downcast_ref::<PyErr>()
     {
+        // A compute task cancelled (its loop shut down, or its own code cancelled it) must not
+        // raise CancelledError in the other waiters: asyncio would take that for their own
+        // cancellation.
+        if raised.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
+            return embedding_class(
+                py,
+                "EmbeddingComputeError",
+                "the embedding compute was cancelled (its event loop stopped or cancelled \
+                 it); the next call computes again"
+                    .to_owned(),
+                500,
+            );
+        }
         return raised.clone_ref(py);
     }
     embedding_class(py, "EmbeddingComputeError", err.to_string(), 500)
