@@ -45,11 +45,12 @@ pub(super) async fn phase(
                 for _ in 0..requests.div_ceil(lanes) {
                     let image = zipf.sample(&mut rng);
                     seen.push(image);
-                    if loader.load(&urls[image], None).await.is_err() {
+                    let Ok(pixels) = loader.load(&urls[image], None).await else {
                         failures += 1;
                         continue;
-                    }
-                    let key = EmbeddingKeyInput::caller(urls[image].clone());
+                    };
+                    // Keyed by content: the digest the load took of the encoded bytes.
+                    let key = EmbeddingKeyInput::content(&*pixels);
                     let calls = calls.clone();
                     let encode = move || async move {
                         calls.fetch_add(1, Ordering::Relaxed);
