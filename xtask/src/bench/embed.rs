@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput};
 use mmcache_test_support::redis::RedisCluster;
@@ -44,7 +45,98 @@ pub(super) async fn rows(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec
     for fleet in [false, true] {
         rows.push(fleet_row(o, cluster, fleet).await?);
     }
+    rows.push(large_shared_read(o, cluster).await?);
     Ok(rows)
+}
+
+/// One Qwen2.5-VL-7B embedding of a 1024 px image (1300 tokens x 3584 bf16, 9.3 MB) read
+/// through the shared tier (chunked, checked, assembled) against a raw GETRANGE of a value of
+/// the same size from the same cluster.
+async fn large_shared_read(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Row> {
+    let (tokens, width) = (1300, 3584);
+    let e = Embedding::from_u16_bits(
+        mmcache_loader::embeddings::DType::BF16,
+        vec![tokens, width],
+        (0..tokens * width).map(|i| i as u16).collect(),
+    )?;
+    let bytes = e.bytes().len();
+    let writer = worker(Some(&cluster.url())).build()?;
+    // No memory cache: every call of the reader goes to the shared tier.
+    let reader = worker(Some(&cluster.url()))
+        .embedding_cache_bytes(0)
+        .build()?;
+    for l in [&writer, &reader] {
+        l.shared_cache().context("enabled")?.connect().await;
+    }
+    let key = EmbeddingKeyInput::caller(format!("large-{}", std::process::id()));
+    let stored = e.clone();
+    writer
+        .embeddings()
+        .get_or_compute(&key, MODEL, None, move || async move {
+            Ok::<_, std::io::Error>(stored)
+        })
+        .await?;
+    writer.shutdown(Duration::from_secs(10)).await;
+    let client = redis::cluster::ClusterClient::builder(vec![cluster.url()])
+        .retries(0)
+        .build()?;
+    let mut raw = client.get_async_connection().await?;
+    let raw_key = format!("bench:raw:{{large-{}}}", std::process::id());
+    redis::cmd("SET")
+        .arg(&raw_key)
+        .arg(vec![7u8; bytes])
+        .query_async::<()>(&mut raw)
+        .await?;
+    let n = if o.quick { 20 } else { 60 };
+    let mut pairs = Vec::new();
+    for _ in 0..o.rounds() {
+        let started = Instant::now();
+        for _ in 0..n {
+            let v: Vec<u8> = redis::cmd("GETRANGE")
+                .arg(&raw_key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut raw)
+                .await?;
+            anyhow::ensure!(v.len() == bytes, "raw read short");
+        }
+        let b = Measure::from_latencies(n, started.elapsed(), vec![]);
+        let started = Instant::now();
+        for _ in 0..n {
+            let got = reader
+                .embeddings()
+                .get_or_compute(&key, MODEL, None, || async {
+                    Err::<Embedding, _>(std::io::Error::other("the shared tier has it"))
+                })
+                .await?;
+            anyhow::ensure!(
+                got.source.as_str() == "shared",
+                "read from {:?}",
+                got.source
+            );
+        }
+        let s = Measure::from_latencies(n, started.elapsed(), vec![]);
+        pairs.push((b, s));
+    }
+    pairs.sort_by(|x, y| (x.1.rate() / x.0.rate()).total_cmp(&(y.1.rate() / y.0.rate())));
+    let (b, s) = pairs[pairs.len() / 2];
+    Ok(Row {
+        scenario: format!(
+            "embeddings: {:.1} MB read from the shared tier",
+            bytes as f64 / 1e6
+        ),
+        subject: s,
+        baseline_name: "raw GETRANGE, same size".into(),
+        baseline: Some(b),
+        ratio_kind: "throughput",
+        ratio: Some(s.rate() / b.rate()),
+        target: ">= 0.80".into(),
+        note: format!(
+            "{:.0} MB/s through the tier, {:.0} MB/s raw",
+            s.rate() * bytes as f64 / 1e6,
+            b.rate() * bytes as f64 / 1e6
+        ),
+    })
 }
 
 /// A memory hit through `get_or_compute` against a locked `HashMap` lookup and clone of the
