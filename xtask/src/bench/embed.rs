@@ -255,7 +255,10 @@ async fn fleet_row(o: &Opts, cluster: &RedisCluster, fleet: bool) -> anyhow::Res
     let loaders: Vec<Loader> = (0..4)
         .map(|_| {
             let b = if fleet {
-                worker(Some(&cluster.url()))
+                // The fleet-wide single flight is the lease (off by default, as for images).
+                let mut lease = mmcache_loader::LeaseSettings::default();
+                lease.enabled = true;
+                worker(Some(&cluster.url())).shared_cache_lease(lease)
             } else {
                 worker(None)
             };
@@ -297,7 +300,7 @@ async fn fleet_row(o: &Opts, cluster: &RedisCluster, fleet: bool) -> anyhow::Res
             "embeddings: {} loaders × {images} images, {}",
             loaders.len(),
             if fleet {
-                "fleet tiers on"
+                "fleet tiers and lease on"
             } else {
                 "each on its own"
             }
