@@ -7,23 +7,11 @@ use mmcache_loader::embeddings::{DType, Embedding};
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 
+use crate::tensor::{DL_BFLOAT, DL_CPU, DL_FLOAT, DlTensor};
+
 const NAME: &CStr = c"dltensor_versioned";
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`: the bytes are shared with the cache and other callers.
 const READ_ONLY: u64 = 1;
-
-#[repr(C)]
-struct DlTensor {
-    data: *mut c_void,
-    device_type: i32,
-    device_id: i32,
-    ndim: i32,
-    code: u8,
-    bits: u8,
-    lanes: u16,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
 
 #[repr(C)]
 struct DlManagedTensorVersioned {
@@ -56,9 +44,9 @@ pub(crate) fn export<'py>(
         ));
     }
     let (code, bits) = match embedding.dtype() {
-        DType::F32 => (2, 32),
-        DType::F16 => (2, 16),
-        DType::BF16 => (4, 16),
+        DType::F32 => (DL_FLOAT, 32),
+        DType::F16 => (DL_FLOAT, 16),
+        DType::BF16 => (DL_BFLOAT, 16),
         other => {
             return Err(PyBufferError::new_err(format!(
                 "no DLPack export of {}",
@@ -85,7 +73,7 @@ pub(crate) fn export<'py>(
         flags: READ_ONLY,
         dl_tensor: DlTensor {
             data: embedding.bytes().as_ptr().cast_mut().cast(),
-            device_type: 1,
+            device_type: DL_CPU as i32,
             device_id: 0,
             ndim,
             code,

@@ -15,26 +15,27 @@ use crate::errors;
 const MAX_DIMS: usize = 32;
 
 /// DLPack's `kDLCPU` and `kDLCUDAHost` (pinned host memory, readable by the CPU).
-const DL_CPU: i64 = 1;
+pub(crate) const DL_CPU: i64 = 1;
 const DL_CUDA_HOST: i64 = 3;
 
 /// DLPack's `DLDataType` codes.
-const DL_FLOAT: u8 = 2;
-const DL_BFLOAT: u8 = 4;
+pub(crate) const DL_FLOAT: u8 = 2;
+pub(crate) const DL_BFLOAT: u8 = 4;
 
-/// The start of DLPack's `DLManagedTensor` (v0.x, capsule name `dltensor`): its `DLTensor`.
+/// DLPack's `DLTensor`: read at the start of a `dltensor` capsule's `DLManagedTensor` (v0.x),
+/// and written into our own `dltensor_versioned` export (dlpack.rs).
 #[repr(C)]
-struct DlTensor {
-    data: *mut c_void,
-    device_type: i32,
-    device_id: i32,
-    ndim: i32,
-    code: u8,
-    bits: u8,
-    lanes: u16,
-    shape: *const i64,
-    strides: *const i64,
-    byte_offset: u64,
+pub(crate) struct DlTensor {
+    pub(crate) data: *mut c_void,
+    pub(crate) device_type: i32,
+    pub(crate) device_id: i32,
+    pub(crate) ndim: i32,
+    pub(crate) code: u8,
+    pub(crate) bits: u8,
+    pub(crate) lanes: u16,
+    pub(crate) shape: *mut i64,
+    pub(crate) strides: *mut i64,
+    pub(crate) byte_offset: u64,
 }
 
 /// A compute's return value: an array, or `(array, metadata)` with `metadata` bytes or None.
