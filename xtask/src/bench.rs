@@ -20,13 +20,14 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
 use crate::common::{self, ms, percentile};
 
+mod embed;
 mod fleet;
 mod local;
 mod outage;
 mod python;
 mod report;
 
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "decode",
     "cache-insert",
     "policy-dns",
@@ -39,6 +40,7 @@ const SCENARIOS: [&str; 12] = [
     "stampede",
     "zipf",
     "python",
+    "embed",
 ];
 
 struct Opts {
@@ -261,6 +263,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
+            "embed" => rt.block_on(embed::rows(&o, &cluster))?,
             _ => rt.block_on(fleet::zipf(&o, &cluster))?,
         };
         for r in &new_rows {

@@ -12,6 +12,8 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster, redis_available}
 
 use crate::common::{self, Plan, Record, Summary, ms};
 
+mod embed;
+
 const WORKERS: usize = 4;
 const IMAGES: usize = 60;
 const ORIGIN_DELAY: Duration = Duration::from_millis(20);
@@ -98,6 +100,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&disk_dir);
 
+    let mut encoder_rows = vec![rt.block_on(embed::phase(
+        "per-worker caches only",
+        &fleet(None, false)?,
+        urls.clone(),
+        100,
+        4,
+    ))];
     let note = if redis_available() {
         let cluster = RedisCluster::start(ClusterOptions::default())
             .context("start a local Redis Cluster")?;
@@ -124,6 +133,17 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 }
             }
         }
+        let _ = cluster.cli_cluster(&["FLUSHALL"]);
+        for i in 1..cluster.nodes.len() {
+            let _ = cluster.cli(i, &["FLUSHALL"]);
+        }
+        encoder_rows.push(rt.block_on(embed::phase(
+            "shared cache + stampede lease (the fleet tiers)",
+            &fleet(Some(&cluster.url()), true)?,
+            urls.clone(),
+            100,
+            4,
+        )));
         drop(cluster);
         format!(
             "shared cache (without lease): {} GET hits, {} GET misses, {} SETs across the fleet",
@@ -136,6 +156,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     };
 
     print_table(&rows);
+    embed::print(&encoder_rows);
     println!("\n{note}");
     let find = |prefix: &str| rows.iter().find(|r| r.name.starts_with(prefix));
     if let (Some(without), Some(disk)) = (find("per-worker"), find("disk tier, no Redis")) {
@@ -161,7 +182,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
-    let failures: usize = rows.iter().map(|r| r.summary.failures).sum();
+    let failures: usize = rows.iter().map(|r| r.summary.failures).sum::<usize>()
+        + encoder_rows.iter().map(|r| r.failures).sum::<usize>();
     anyhow::ensure!(failures == 0, "{failures} loads failed");
     Ok(())
 }

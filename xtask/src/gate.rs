@@ -97,6 +97,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .args(["doc", "--no-deps", "--workspace"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    // Publishability (`cargo xtask package`: cargo package verified, packaged doctests, MSRV)
+    // is its own command for now: about ten minutes more, so it is run before a release.
+    crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
 }
@@ -148,7 +151,10 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
 
 pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     println!("==> {name}");
+    let started = std::time::Instant::now();
     let status = cmd.status().with_context(|| format!("run {name}"))?;
+    // Each step's time, so a slow gate shows where its minutes go.
+    println!("<== {name}: {:.0} s", started.elapsed().as_secs_f64());
     if !status.success() {
         bail!("{name} failed ({status})");
     }

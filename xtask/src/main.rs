@@ -11,13 +11,18 @@
 //! - `fuzz`: coverage-guided fuzzing (cargo-afl, AFL++) of every input surface for a bounded
 //!   time; fails on any crash or hang. Builds fuzz/, a workspace of its own, in `target/fuzz/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
+//! - `bench-docs`: regenerate docs/benchmarks.md's table from docs/bench-results.json.
+//! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
+//!   sources, and the MSRV check; `test` runs it too.
 
 mod bench;
+mod bench_docs;
 mod chaos;
 mod common;
 mod demo;
 mod fuzz;
 mod gate;
+mod package;
 mod svg;
 mod wheel;
 
@@ -37,7 +42,10 @@ usage: cargo xtask <command>
   cluster [--masters N] [--tls]
                        start a local Redis Cluster until Enter is pressed
   wheel [--target TRIPLE] [--test]
-                       the manylinux abi3 wheel into target/wheels; --test: install and test it";
+                       the manylinux abi3 wheel into target/wheels; --test: install and test it
+  bench-docs [--results FILE | --merge FILE] [--check]
+                       regenerate docs/benchmarks.md's table from docs/bench-results.json
+  package              cargo package (verified), packaged doctests, MSRV check (run before a release)";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -51,6 +59,8 @@ fn main() -> anyhow::Result<()> {
         "fuzz" => fuzz::run(&rest),
         "cluster" => common::run_cluster(&rest),
         "wheel" => wheel::run(&rest),
+        "package" => package::run(&rest),
+        "bench-docs" => bench_docs::run(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

@@ -1,44 +1,62 @@
-//! `mmcache`: load image URLs from the shell through the full mmcache stack (decoded cache,
-//! in-flight join, shared cache, origin), configured from the `DYN_MM_*` environment, and print
-//! where each image came from.
+//! `mmcache`: an operator's tool over the full mmcache stack (decoded cache, in-flight join,
+//! disk tier, shared cache, origin), configured from the `DYN_MM_*`/`MMCACHE_*` environment.
 //!
 //! ```text
-//! mmcache load [--json] [--scope S] [--metrics] URL...
+//! mmcache load [--json] [--scope S] [--metrics] URL...   load and print where each came from
+//! mmcache warm [--concurrency N] [--scope S] FILE|-     fill the caches from a list of URLs
+//! mmcache doctor                                         check the setup (exit code per problem)
+//! mmcache key [--scope S] URL                            the entry's Redis key and disk path
 //! ```
 //!
-//! Exit codes: 0 when every load succeeded, 1 when any failed, 2 for usage or configuration
-//! errors (clap's own code for a usage error).
+//! Exit codes: 0 success, 1 a load failed, 2 usage or configuration errors (clap's own code for
+//! a usage error); `doctor` adds one code per problem (see [`doctor`]).
+
+mod doctor;
+mod key;
+mod load;
+mod tally;
+mod warm;
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::Context;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use mmcache_loader::{Loader, scope::Scope};
+use mmcache_loader::scope::Scope;
 
-/// Examples, settings and exit codes, shown after every help text (a macro so that `load`
-/// can `concat!` its own paragraph in front).
-macro_rules! after_help {
+/// A data URL of a 1x1 GIF: examples that run anywhere, with no network.
+#[macro_export]
+macro_rules! tiny_image {
+    () => {
+        "'data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7'"
+    };
+}
+
+/// Settings and exit codes, shown after every help text.
+macro_rules! settings_help {
     () => {
         "\
-Examples:
-  mmcache load https://example.com/a.png https://example.com/a.png
-  DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1 mmcache load --json --metrics https://example.com/b.jpg
-
-Settings come from the DYN_MM_* environment. MMCACHE_LOG sets the log level on stderr:
-error, warn (default), info, debug or trace.
+Settings come from the DYN_MM_* and MMCACHE_* environment (docs/configuration.md).
+MMCACHE_LOG: log level on stderr: off, error, warn (default), info, debug or trace.
 
 Exit codes:
   0  every load succeeded
   1  at least one load failed (each is still reported)
-  2  bad usage or configuration: nothing was loaded"
+  2  bad usage or configuration: nothing was loaded
+  10-13  doctor found a problem (see mmcache doctor --help)"
     };
 }
 
-/// Load image URLs through the mmcache stack and print where each came from.
+/// Load image URLs through the mmcache stack, warm its caches, check its setup.
 #[derive(Debug, Parser)]
-#[command(name = "mmcache", version, after_help = after_help!())]
+#[command(name = "mmcache", version, after_help = concat!(
+    "Examples:\n",
+    "  mmcache load ", tiny_image!(), "\n",
+    "  mmcache warm --concurrency 8 urls.txt\n",
+    "  mmcache doctor\n",
+    "  mmcache key https://example.com/img.png\n\n",
+    settings_help!()
+))]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -48,31 +66,117 @@ struct Cli {
 enum Command {
     /// Load each URL in order and print its source, size, dimensions and time
     #[command(after_help = concat!(
-        "Each URL goes through the decoded cache, in-flight join, shared cache and origin; its\n",
-        "line says where the image came from, its encoded size, width x height and time.\n\n",
-        after_help!()
+        "Each URL goes through the decoded cache, in-flight join, disk tier, shared cache and\n",
+        "origin; its line (stdout) says where the image came from, its encoded size,\n",
+        "width x height and time. Failures and a summary line go to stderr (--json: every\n",
+        "record on stdout, the summary on stderr).\n\n",
+        "Examples:\n",
+        "  mmcache load ", tiny_image!(), "\n\n",
+        settings_help!()
     ))]
-    Load(LoadArgs),
+    Load(load::LoadArgs),
+    /// Load every URL of a file (or stdin) to fill the caches; summary by source
+    #[command(after_help = concat!(
+        "One URL a line; blank lines and lines starting with # are skipped. Loads run\n",
+        "--concurrency at a time; a progress bar shows on a terminal. The summary goes to\n",
+        "stdout, each failure to stderr. Returns once every disk and shared-cache write has\n",
+        "landed or timed out.\n\n",
+        "Examples:\n",
+        "  mmcache warm --concurrency 8 urls.txt\n",
+        "  cat urls.txt | mmcache warm -\n\n",
+        settings_help!()
+    ))]
+    Warm(warm::WarmArgs),
+    /// Check the configuration, the JPEG decoder, the shared cache and the disk tier
+    #[command(after_help = doctor::HELP)]
+    Doctor,
+    /// Print the Redis key and the disk-tier path of a URL's entry
+    #[command(after_help = concat!(
+        "The identity is the one loads use: the URL keyed as Dynamo keys it, with the scope's\n",
+        "digest in front when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1.\n\n",
+        "Examples:\n",
+        "  mmcache key https://example.com/img.png\n",
+        "  DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 mmcache key --scope s1 https://example.com/a.png\n\n",
+        settings_help!()
+    ))]
+    Key(key::KeyArgs),
     /// Print the version
     Version,
 }
 
-#[derive(Debug, Args)]
-struct LoadArgs {
-    /// Print one JSON object per line
-    #[arg(long)]
-    json: bool,
-    /// Session scope (used when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1)
-    #[arg(long, value_name = "S")]
-    scope: Option<String>,
-    /// Print the Prometheus scrape text at the end
-    #[arg(long)]
-    metrics: bool,
-    /// Image URLs, loaded in order
-    #[arg(value_name = "URL", required = true)]
-    urls: Vec<String>,
+/// Exit code of a usage or configuration error.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 and --help/--version exit 0, from clap itself.
+    let cli = Cli::parse();
+    let command = match cli.command {
+        None => {
+            // As `mmcache help` does.
+            let _ = Cli::command().print_help();
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Version) => {
+            println!("mmcache {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some(c) => c,
+    };
+    if let Err(e) = init_logs() {
+        eprintln!("mmcache: {e:#}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mmcache: starting the async runtime: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let result = runtime.block_on(async {
+        match command {
+            Command::Load(args) => load::run(args).await,
+            Command::Warm(args) => warm::run(args).await,
+            Command::Doctor => doctor::run().await,
+            Command::Key(args) => key::run(args),
+            Command::Version => unreachable!("handled above"),
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("mmcache: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }
 
+/// Log lines on stderr at `MMCACHE_LOG` (default `warn`); an unknown level is an error.
+fn init_logs() -> anyhow::Result<()> {
+    use tracing_subscriber::filter::LevelFilter;
+    let raw = std::env::var("MMCACHE_LOG").unwrap_or_default();
+    let level = match raw.trim() {
+        "" | "warn" => LevelFilter::WARN,
+        "off" => LevelFilter::OFF,
+        "error" => LevelFilter::ERROR,
+        "info" => LevelFilter::INFO,
+        "debug" => LevelFilter::DEBUG,
+        "trace" => LevelFilter::TRACE,
+        other => {
+            anyhow::bail!("MMCACHE_LOG={other:?}: expected off, error, warn, info, debug or trace")
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(())
+}
+
+/// Installs the Prometheus recorder with the loader's buckets (before any `Loader` is built).
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     let mut builder = PrometheusBuilder::new();
     for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
@@ -83,122 +187,10 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-fn init_logs() {
-    let level = match std::env::var("MMCACHE_LOG").unwrap_or_default().as_str() {
-        "error" => tracing_subscriber::filter::LevelFilter::ERROR,
-        "info" => tracing_subscriber::filter::LevelFilter::INFO,
-        "debug" => tracing_subscriber::filter::LevelFilter::DEBUG,
-        "trace" => tracing_subscriber::filter::LevelFilter::TRACE,
-        _ => tracing_subscriber::filter::LevelFilter::WARN,
-    };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
-fn main() -> ExitCode {
-    // Usage errors exit 2 and --help/--version exit 0, from clap itself.
-    let cli = Cli::parse();
-    match cli.command {
-        None => {
-            // As `mmcache help` does.
-            let _ = Cli::command().print_help();
-            ExitCode::SUCCESS
-        }
-        Some(Command::Version) => {
-            println!("mmcache {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some(Command::Load(args)) => {
-            init_logs();
-            load(args)
-        }
-    }
-}
-
-fn load(args: LoadArgs) -> ExitCode {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime");
-    match runtime.and_then(|rt| rt.block_on(run(args))) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("mmcache: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// Loads every URL in order; returns whether all succeeded.
-/// How long `load` waits, before it exits, for cache writes still on their way.
-const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-async fn run(args: LoadArgs) -> anyhow::Result<bool> {
-    let metrics = install_metrics()?;
-    let loader = Loader::from_env()?;
-    let scope = match &args.scope {
-        Some(s) => {
-            Some(Scope::new(s).context("--scope: blank, over 256 bytes, or not printable ASCII")?)
-        }
-        None => None,
-    };
-    let mut all_ok = true;
-    for url in &args.urls {
-        let started = Instant::now();
-        let result = loader.load_detailed(url, scope.as_ref()).await;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(l) => {
-                let bytes = l.encoded_len;
-                if args.json {
-                    let v = serde_json::json!({
-                        "url": url, "ok": true, "source": l.source.as_str(), "bytes": bytes,
-                        "width": l.image.width(), "height": l.image.height(),
-                        "ms": (ms * 1000.0).round() / 1000.0,
-                    });
-                    println!("{v}");
-                } else {
-                    let bytes = bytes.map_or_else(|| "-".to_owned(), |b| b.to_string());
-                    println!(
-                        "{:<8} {:>10} {:>11} {:>9.3}ms  {url}",
-                        l.source.as_str(),
-                        bytes,
-                        format!("{}x{}", l.image.width(), l.image.height()),
-                        ms
-                    );
-                }
-            }
-            Err(e) => {
-                all_ok = false;
-                if args.json {
-                    let v = serde_json::json!({
-                        "url": url, "ok": false, "status": e.http_status(), "error": e.to_string(),
-                        "ms": (ms * 1000.0).round() / 1000.0,
-                    });
-                    println!("{v}");
-                } else {
-                    println!(
-                        "{:<8} {:>10} {:>11} {:>9.3}ms  {url}  ({e})",
-                        "error",
-                        e.http_status(),
-                        "-",
-                        ms
-                    );
-                }
-            }
-        }
-    }
-    // Writes left to the background (disk-tier entries, shared-cache SETs) land before exit.
-    if !loader.shutdown(SHUTDOWN_WAIT).await {
-        eprintln!("mmcache: some cache writes did not finish within {SHUTDOWN_WAIT:?}");
-    }
-    if args.metrics {
-        println!("{}", metrics.render());
-    }
-    Ok(all_ok)
+/// The `--scope` argument as a [`Scope`].
+fn parse_scope(raw: Option<&str>) -> anyhow::Result<Option<Scope>> {
+    raw.map(|s| Scope::new(s).context("--scope: blank, over 256 bytes, or not printable ASCII"))
+        .transpose()
 }
 
 #[cfg(test)]
@@ -225,6 +217,10 @@ mod tests {
         assert!(a.json && !a.metrics);
         assert_eq!(a.scope.as_deref(), Some("s"));
         assert_eq!(a.urls, ["u1", "u2"]);
+        let Some(Command::Warm(w)) = parse(&["warm", "-"]).unwrap().command else {
+            panic!("not a warm");
+        };
+        assert_eq!(w.concurrency, warm::DEFAULT_CONCURRENCY);
         assert!(matches!(
             parse(&["version"]).unwrap().command,
             Some(Command::Version)
@@ -235,6 +231,9 @@ mod tests {
             &["load", "--scope"],
             &["load", "--bogus", "u"],
             &["fetch", "u"],
+            &["warm"],
+            &["warm", "--concurrency", "0", "-"],
+            &["key"],
         ] {
             let e = parse(bad).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");

@@ -150,6 +150,31 @@ impl Embedding {
         })
     }
 
+    /// A tensor over bytes already aligned for `dtype` (a fleet-tier value assembled into an
+    /// aligned buffer), used in place.
+    pub(crate) fn from_aligned(
+        dtype: DType,
+        shape: Vec<usize>,
+        data: Bytes,
+    ) -> Result<Self, TensorError> {
+        let expected = byte_len(dtype, &shape)?;
+        let aligned = (data.as_ptr() as usize).is_multiple_of(dtype.element_size());
+        if expected != data.len() || !aligned {
+            return Err(TensorError::ShapeMismatch {
+                shape,
+                dtype: dtype.as_str(),
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            dtype,
+            shape,
+            data,
+            metadata: None,
+        })
+    }
+
     /// An f32 tensor; the `Vec`'s allocation becomes the embedding's, no copy.
     ///
     /// # Errors

@@ -2,8 +2,10 @@
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use image::{DynamicImage, ImageReader};
+use mmcache_scope::ContentKey;
 
 use crate::error::{Error, Result};
 use crate::{gif, jpeg, png, turbo, webp};
@@ -333,6 +335,8 @@ pub struct Probe {
     pub height: u32,
     /// Bytes the decode may hold at its peak (output included), estimated from the headers.
     pub memory_bytes: u64,
+    /// The blake3 digest of the bytes probed, computed here once: the decoded image keeps it.
+    pub content_key: ContentKey,
     headers: Headers,
 }
 
@@ -411,17 +415,34 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         width,
         height,
         memory_bytes,
+        // Last: refused bytes are never hashed.
+        content_key: ContentKey::of(bytes),
         headers,
     })
 }
 /// A decoded RGB8 image: `width * height * 3` bytes, row-major, no padding.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Two images are equal when their size, format and pixels are (whichever bytes they came
+/// from, whether their vLLM hash was computed yet).
+#[derive(Clone)]
 pub struct DecodedImage {
     width: u32,
     height: u32,
     format: ImageFormat,
+    content_key: ContentKey,
+    /// vLLM's hash of these pixels, computed on first use.
+    vllm_hash: OnceLock<[u8; 32]>,
     pixels: Vec<u8>,
 }
+
+impl PartialEq for DecodedImage {
+    fn eq(&self, other: &Self) -> bool {
+        (self.width, self.height, self.format) == (other.width, other.height, other.format)
+            && self.pixels == other.pixels
+    }
+}
+
+impl Eq for DecodedImage {}
 
 impl std::fmt::Debug for DecodedImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -429,6 +450,7 @@ impl std::fmt::Debug for DecodedImage {
             .field("width", &self.width)
             .field("height", &self.height)
             .field("format", &self.format)
+            .field("content_key", &self.content_key)
             .finish_non_exhaustive()
     }
 }
@@ -449,6 +471,19 @@ impl DecodedImage {
         self.format
     }
 
+    /// The blake3 digest of the encoded bytes this image was decoded from, computed once
+    /// when they arrived (no rehash on a cache hit). Equal for two URLs of the same bytes.
+    pub fn content_key(&self) -> ContentKey {
+        self.content_key
+    }
+
+    /// vLLM's `MultiModalHasher.hash_kwargs("blake3", image=img)` for the PIL RGB image of
+    /// these pixels (vLLM 0.33.0; it hashes pixels, mode and shape, not bytes). Computed on
+    /// the first call (a pass over the pixels) and memoised; never on the load's path.
+    pub fn vllm_hash(&self) -> [u8; 32] {
+        *self.vllm_hash.get_or_init(|| crate::vllm::hash(self))
+    }
+
     /// The RGB8 pixels, borrowed (no copy).
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
@@ -459,9 +494,29 @@ impl DecodedImage {
         self.pixels.len()
     }
 
+    /// A blank `width` x `height` image whose content key is `ContentKey::of(bytes)`: the
+    /// cache's tests need many distinct contents without decoding each.
+    #[cfg(test)]
+    pub(crate) fn blank(width: u32, height: u32, bytes: &[u8]) -> Self {
+        Self {
+            width,
+            height,
+            format: ImageFormat::Png,
+            content_key: ContentKey::of(bytes),
+            vllm_hash: OnceLock::new(),
+            pixels: vec![0; width as usize * height as usize * 3],
+        }
+    }
+
     /// Takes the pixel buffer.
     pub fn into_pixels(self) -> Vec<u8> {
         self.pixels
+    }
+}
+
+impl From<&DecodedImage> for ContentKey {
+    fn from(image: &DecodedImage) -> Self {
+        image.content_key
     }
 }
 
@@ -522,6 +577,8 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         width: probe.width,
         height: probe.height,
         format,
+        content_key: probe.content_key,
+        vllm_hash: OnceLock::new(),
         pixels,
     })
 }

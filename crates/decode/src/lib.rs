@@ -23,9 +23,14 @@
 //! ```
 //! use std::sync::Arc;
 //! use mmcache_decode::{decode, DecodeLimits, DecodedCache};
-//! use mmcache_scope::CacheIdentity;
+//! use mmcache_scope::{CacheIdentity, ContentKey};
 //!
-//! let png = mmcache_test_support::images::png(4, 3, 7);
+//! // A 4×3 RGB PNG, encoded with the `png` crate.
+//! let mut png = Vec::new();
+//! let mut encoder = png::Encoder::new(&mut png, 4, 3);
+//! encoder.set_color(png::ColorType::Rgb);
+//! encoder.write_header().unwrap().write_image_data(&[7; 36]).unwrap();
+//!
 //! let image = Arc::new(decode(&png, &DecodeLimits::default()).unwrap());
 //! assert_eq!((image.width(), image.height(), image.pixels().len()), (4, 3, 36));
 //!
@@ -61,24 +66,31 @@
 //!   therefore hold fewer of both than either limit alone would allow.
 
 mod embedding;
+mod embedding_wire;
 mod error;
 mod gif;
 mod image;
 mod jpeg;
 mod png;
 mod turbo;
+mod vllm;
 mod webp;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use mmcache_scope::CacheIdentity;
+use mmcache_scope::{CacheIdentity, ContentKey};
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
 pub use crate::embedding::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
     MAX_EMBEDDING_METADATA_BYTES, TensorError,
+};
+pub use crate::embedding_wire::{
+    DEFAULT_EMBEDDING_CHUNK_BYTES, DEFAULT_EMBEDDING_MAX_VALUE_BYTES, EMBEDDING_FORMAT_VERSION,
+    MANIFEST_BYTES, MAX_DIMS, MAX_EMBEDDING_CHUNKS, Manifest, ValueBuf, WireError, decode_value,
+    encode_value,
 };
 pub use crate::error::{Error, Result};
 pub use crate::image::{
@@ -383,9 +395,18 @@ pub struct CacheStats {
 
 /// The worker's decoded-image cache: `Arc<DecodedImage>` values, weighed in bytes.
 ///
+/// Images are held once per content: by the content key of their encoded bytes within the
+/// identity's scope (scoped identities of one scope share, unscoped identities share among
+/// themselves, never across). Each identity is an alias to its image, so the same bytes under
+/// two URLs are one `Arc` and are weighed once. The budget, entry cap and stats count images;
+/// the aliases are a bounded index beside them (see [`DecodedCache::with_max_pixels`]).
+///
 /// Gauges: `mmcache_decoded_cache_entries`, `mmcache_decoded_cache_bytes`.
 pub struct DecodedCache {
     inner: WeightedCache<Arc<DecodedImage>>,
+    /// Identity key → content slot. An alias whose image was evicted is a miss (and is
+    /// dropped when found); evicting an alias frees nothing but that key.
+    aliases: Option<Cache<Key, Key>>,
 }
 
 impl std::fmt::Debug for DecodedCache {
@@ -395,6 +416,12 @@ impl std::fmt::Debug for DecodedCache {
             .finish()
     }
 }
+
+/// The most aliases the index holds: identities that name a cached image (a 64-byte key and
+/// value, about 100 bytes with quick_cache's slot, outside the byte budget: 25 MiB at most).
+const MAX_ALIASES: u64 = 1 << 18;
+/// The entry weight the alias index is sized for when no entry cap is set.
+const ALIAS_SIZING_ENTRY: u64 = 4 << 10;
 
 impl DecodedCache {
     /// A cache holding at most `max_bytes` of weighed entries and, when given, at most
@@ -406,6 +433,11 @@ impl DecodedCache {
 
     /// Like [`DecodedCache::new`] for a pixel limit other than the default: the largest image
     /// it lets through stays admissible (shards are sized so that it fits one).
+    ///
+    /// The alias index holds two identities per 4 KiB of budget (or per entry of the entry
+    /// cap), at least 1024 and at most 262,144: beyond that the least used identities lose
+    /// their alias and load again below memory (their bytes then find the image by content,
+    /// without a second decode).
     pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
         let gauges = Gauges::new(
             "mmcache_decoded_cache_entries",
@@ -417,39 +449,105 @@ impl DecodedCache {
                 .saturating_add(ENTRY_OVERHEAD_BYTES),
             ..DECODED_SIZING
         };
+        // Sized for small images too (a 4 KiB entry is about 37 x 37 px): sized by the
+        // typical entry alone, a budget full of thumbnails would lose its aliases and load
+        // them again below memory.
+        let images = max_entries.map_or(max_bytes / ALIAS_SIZING_ENTRY, |n| n as u64);
+        let aliases = (max_entries != Some(0))
+            .then(|| Cache::new(images.saturating_mul(2).clamp(1024, MAX_ALIASES) as usize));
         Self {
             inner: WeightedCache::new(max_bytes, max_entries, sizing, gauges),
+            aliases,
         }
     }
 
     /// The image cached for `identity`; a hit counts as a use, which protects it from eviction.
     pub fn get(&self, identity: &CacheIdentity) -> Option<Arc<DecodedImage>> {
-        self.inner.get(&identity_key(identity))
+        let aliases = self.aliases.as_ref()?;
+        let id = identity_key(identity);
+        let slot = aliases.get(&id)?;
+        let image = self.inner.get(&slot);
+        if image.is_none() {
+            aliases.remove(&id); // its image was evicted
+        }
+        image
     }
 
-    /// Caches `image` for `identity` (replacing what was there), evicting entries as needed.
-    /// An image too heavy for the budget is not stored, and any older one under `identity` is
-    /// gone.
-    pub fn insert(&self, identity: &CacheIdentity, image: Arc<DecodedImage>) {
-        let weight = image.byte_len() as u64;
-        self.inner.insert(identity_key(identity), image, weight);
+    /// The image of the encoded bytes whose content key is `content`, cached under any
+    /// identity of `identity`'s scope (or under any unscoped identity, for an unscoped one).
+    pub fn get_content(
+        &self,
+        identity: &CacheIdentity,
+        content: &ContentKey,
+    ) -> Option<Arc<DecodedImage>> {
+        self.inner.get(&content_slot(identity, content))
     }
 
-    /// Forgets `identity`.
+    /// Caches `image` for `identity` (replacing what `identity` named), evicting entries as
+    /// needed, and returns the image now held for it: an image of the same content already
+    /// cached in the scope is kept and shared, and returned instead of `image`. An image too
+    /// heavy for the budget is not stored, and `identity` then names nothing.
+    pub fn insert(&self, identity: &CacheIdentity, image: Arc<DecodedImage>) -> Arc<DecodedImage> {
+        let Some(aliases) = &self.aliases else {
+            return image;
+        };
+        let id = identity_key(identity);
+        let slot = content_slot(identity, &image.content_key());
+        if let Some(old) = aliases.get(&id).filter(|old| *old != slot) {
+            self.inner.remove(&old); // what `identity` named before goes, as without sharing
+        }
+        let held = match self.inner.get(&slot) {
+            Some(shared) => shared,
+            None => {
+                let weight = image.byte_len() as u64;
+                self.inner.insert(slot, image.clone(), weight);
+                if !self.inner.contains(&slot) {
+                    aliases.remove(&id); // too heavy: not stored
+                    return image;
+                }
+                image
+            }
+        };
+        aliases.insert(id, slot);
+        held
+    }
+
+    /// Forgets `identity` and its image (so its memory is freed); other identities of the same
+    /// content then miss and load it again.
     pub fn remove(&self, identity: &CacheIdentity) {
-        self.inner.remove(&identity_key(identity));
+        if let Some((_, slot)) = self
+            .aliases
+            .as_ref()
+            .and_then(|a| a.remove(&identity_key(identity)))
+        {
+            self.inner.remove(&slot);
+        }
     }
 
     /// Forgets everything.
     pub fn clear(&self) {
+        if let Some(aliases) = &self.aliases {
+            aliases.clear();
+        }
         self.inner.clear();
     }
 
-    /// Entries and bytes held now (an operation still running on another thread may not be
-    /// counted yet).
+    /// Images and bytes held now (an operation still running on another thread may not be
+    /// counted yet). An image shared by several identities counts once.
     pub fn stats(&self) -> CacheStats {
         self.inner.stats()
     }
+}
+
+/// Where the image of `content` lives for `identity`: its scope digest (or none) and the
+/// content key, hashed under a context of our own so a slot never equals an identity key.
+fn content_slot(identity: &CacheIdentity, content: &ContentKey) -> Key {
+    let mut h = blake3::Hasher::new_derive_key("mmcache 2026-12 decoded content slot v1");
+    match identity.scope_digest() {
+        None => h.update(&[0]),
+        Some(digest) => h.update(&[1]).update(digest.as_bytes()),
+    };
+    *h.update(content.as_bytes()).finalize().as_bytes()
 }
 
 #[cfg(test)]
@@ -461,14 +559,12 @@ mod tests {
     use super::*;
     use mmcache_scope::Scope;
 
+    /// A `w` x `h` image whose content key is unique to this call, so that each is its own
+    /// content in the cache.
     fn img(w: u32, h: u32) -> Arc<DecodedImage> {
-        Arc::new(
-            decode(
-                &mmcache_test_support::images::png(w, h, 1),
-                &DecodeLimits::default(),
-            )
-            .unwrap(),
-        )
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        Arc::new(DecodedImage::blank(w, h, &call))
     }
 
     fn id(i: usize) -> CacheIdentity {
@@ -490,15 +586,29 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_of_small_images_keeps_every_alias() {
+        // 30,000 small images (about 3 KiB each, 90 MiB) in the default 1 GiB budget: each is
+        // still a memory hit under its URL.
+        let cache = DecodedCache::new(1 << 30, None);
+        let n = 30_000;
+        for i in 0..n {
+            cache.insert(&id(i), img(30, 30));
+        }
+        let hits = (0..n).filter(|&i| cache.get(&id(i)).is_some()).count();
+        assert_eq!(hits, n);
+    }
+
+    #[test]
     fn decoded_cache_weighs_bytes_and_keeps_what_was_hit() {
         let one = img(10, 10); // 300 bytes + overhead
         let per = 300 + ENTRY_OVERHEAD_BYTES;
         let cache = DecodedCache::new(per * 3, None);
-        for i in 0..3 {
-            cache.insert(&id(i), one.clone());
+        cache.insert(&id(0), one.clone());
+        for i in 1..3 {
+            cache.insert(&id(i), img(one.width(), one.height()));
         }
         assert!(Arc::ptr_eq(&cache.get(&id(0)).unwrap(), &one)); // a hit is the same Arc
-        cache.insert(&id(3), one.clone());
+        cache.insert(&id(3), img(one.width(), one.height()));
         assert!(cache.get(&id(0)).is_some(), "the entry that was hit stays");
         assert!(cache.get(&id(3)).is_some(), "the new entry is in");
         let gone = (1..3).filter(|&i| cache.get(&id(i)).is_none()).count();
@@ -514,17 +624,81 @@ mod tests {
     }
 
     #[test]
+    fn one_content_under_two_identities_is_one_entry_weighed_once() {
+        let one = img(10, 10);
+        let per = 300 + ENTRY_OVERHEAD_BYTES;
+        let cache = DecodedCache::new(per * 2, None);
+        let same = Arc::new((*one).clone()); // another decode of the same bytes
+        assert!(Arc::ptr_eq(&cache.insert(&id(0), one.clone()), &one));
+        assert!(
+            Arc::ptr_eq(&cache.insert(&id(1), same), &one),
+            "the held copy is shared"
+        );
+        assert!(Arc::ptr_eq(&cache.get(&id(1)).unwrap(), &one));
+        assert_eq!(
+            cache.stats(),
+            CacheStats {
+                entries: 1,
+                bytes: per
+            }
+        );
+        // Forgetting one identity frees the image: the other misses too.
+        cache.remove(&id(0));
+        assert!(cache.get(&id(0)).is_none() && cache.get(&id(1)).is_none());
+        assert_eq!(cache.stats(), CacheStats::default());
+        cache.insert(&id(1), one.clone());
+        // Evicting the image: every identity of it misses, and nothing stays counted.
+        cache.insert(&id(2), img(10, 10));
+        cache.insert(&id(3), img(10, 10));
+        cache.insert(&id(4), img(10, 10));
+        if cache.get_content(&id(1), &one.content_key()).is_none() {
+            assert!(cache.get(&id(1)).is_none());
+        }
+        assert!(cache.stats().bytes <= per * 2);
+        assert_consistent(&cache.inner, per * 2);
+    }
+
+    #[test]
+    fn content_is_shared_within_a_scope_only() {
+        let one = img(4, 4);
+        let cache = DecodedCache::new(1 << 20, None);
+        let (a, b) = (Scope::new("a").unwrap(), Scope::new("b").unwrap());
+        let url = |n: u32| format!("https://e.com/{n}.png");
+        cache.insert(&CacheIdentity::scoped(&a, &url(0)), one.clone());
+        let key = one.content_key();
+        assert!(
+            cache
+                .get_content(&CacheIdentity::scoped(&a, &url(1)), &key)
+                .is_some()
+        );
+        assert!(
+            cache
+                .get_content(&CacheIdentity::scoped(&b, &url(0)), &key)
+                .is_none()
+        );
+        assert!(
+            cache
+                .get_content(&CacheIdentity::unscoped(&url(0)), &key)
+                .is_none()
+        );
+        let other = Arc::new((*one).clone());
+        let held = cache.insert(&CacheIdentity::scoped(&b, &url(0)), other.clone());
+        assert!(Arc::ptr_eq(&held, &other), "scope b keeps its own copy");
+        assert_eq!(cache.stats().entries, 2);
+    }
+
+    #[test]
     fn hot_entry_survives_a_scan_of_one_off_inserts() {
         let one = img(10, 10);
         let per = 300 + ENTRY_OVERHEAD_BYTES;
         let cache = DecodedCache::new(per * 10, None);
-        cache.insert(&id(0), one.clone());
+        cache.insert(&id(0), img(one.width(), one.height()));
         for _ in 0..3 {
             assert!(cache.get(&id(0)).is_some());
         }
         // Strict LRU would have evicted id 0 at the 10th one-off insert.
         for i in 1..=100 {
-            cache.insert(&id(i), one.clone());
+            cache.insert(&id(i), img(one.width(), one.height()));
         }
         assert!(cache.get(&id(0)).is_some());
         assert!(cache.get(&id(100)).is_some());
@@ -538,7 +712,7 @@ mod tests {
         let per = 12 + ENTRY_OVERHEAD_BYTES;
         let cache = DecodedCache::new(1 << 20, Some(2));
         for i in 0..3 {
-            cache.insert(&id(i), one.clone());
+            cache.insert(&id(i), img(one.width(), one.height()));
         }
         assert!(cache.get(&id(2)).is_some());
         // Real weights are reported, not the minimum charge that holds the cap.
@@ -551,14 +725,14 @@ mod tests {
         );
 
         let single = DecodedCache::new(1 << 20, Some(1));
-        single.insert(&id(0), one.clone());
-        single.insert(&id(1), one.clone());
+        single.insert(&id(0), img(one.width(), one.height()));
+        single.insert(&id(1), img(one.width(), one.height()));
         assert!(single.get(&id(1)).is_some());
         assert_eq!(single.stats().entries, 1);
 
         let seven = DecodedCache::new(1 << 20, Some(7));
         for i in 0..500 {
-            seven.insert(&id(i), one.clone());
+            seven.insert(&id(i), img(one.width(), one.height()));
             if i % 3 == 0 {
                 seven.get(&id(i / 2));
             }
@@ -575,7 +749,7 @@ mod tests {
         let sharded = DecodedCache::new(1 << 30, Some(1000));
         assert!(sharded.inner.cache.as_ref().unwrap().num_shards() > 1);
         for i in 0..5000 {
-            sharded.insert(&id(i), one.clone());
+            sharded.insert(&id(i), img(one.width(), one.height()));
         }
         assert!(sharded.stats().entries <= 1000);
         assert_consistent(&sharded.inner, 1 << 30);
@@ -605,7 +779,7 @@ mod tests {
         let one = img(2, 2);
         let cache = DecodedCache::new(1 << 20, None);
         for i in 0..5 {
-            cache.insert(&id(i), one.clone());
+            cache.insert(&id(i), img(one.width(), one.height()));
         }
         cache.remove(&id(1));
         cache.remove(&id(99)); // absent: no change
@@ -733,7 +907,7 @@ mod tests {
         for max_entries in [None, Some(1000)] {
             let cache = DecodedCache::new(budget, max_entries);
             for i in 0..200_000 {
-                cache.insert(&id(i), one.clone());
+                cache.insert(&id(i), img(one.width(), one.height()));
                 if i % 20_000 == 0 {
                     assert!(cache.stats().bytes <= budget);
                 }
@@ -762,7 +936,7 @@ mod tests {
         let cache = WeightedCache::new(per * 4096, None, sizing, gauges);
         let one = img(2, 2);
         for i in 0..50_000 {
-            cache.insert(identity_key(&id(i)), one.clone(), 12);
+            cache.insert(identity_key(&id(i)), img(one.width(), one.height()), 12);
         }
         let inner = cache.cache.as_ref().unwrap();
         let per_entry = inner.memory_used().total() as u64 / inner.len() as u64;

@@ -6,9 +6,11 @@
 //! - a semaphore: at most `max_blocking_ops` blocking disk operations at once per cache; the
 //!   closure holds its permit until the syscall really returns, and an operation that cannot
 //!   get one within [`PERMIT_WAIT`] is skipped;
-//! - a breaker: [`BREAKER_FAILURES`] timeouts, skips for want of a permit, or `EIO`s in a row
-//!   skip the disk for [`BREAKER_COOLDOWN`]; after it, operations run again and one more failure
-//!   opens it again at once, one success closes it.
+//! - a breaker: [`BREAKER_FAILURES`] timeouts or `EIO`s in a row skip the disk for
+//!   [`BREAKER_COOLDOWN`]; after it, operations run again and one more failure opens it again
+//!   at once, one success closes it. No permit in time (busy) does not count: it is this
+//!   process's own load on the permits, not a disk failure, and a burst of loads must not turn
+//!   off a healthy disk.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -164,8 +166,8 @@ impl Guard {
     }
 
     /// Runs `op` on the blocking pool within the bounds above. `Err` says why it did not
-    /// complete in time; `Ok` is the operation's own result. An `EIO` or a bound counts toward
-    /// the breaker; anything else that completes closes it.
+    /// complete in time; `Ok` is the operation's own result. An `EIO`, a deadline or a panic
+    /// counts toward the breaker (busy does not); anything else that completes closes it.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
         op: impl FnOnce() -> FsResult<T> + Send + 'static,
@@ -173,7 +175,8 @@ impl Guard {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let bounded = |b: Bounded| {
             ::metrics::counter!(metrics::SKIPPED, "reason" => b.label()).increment(1);
-            if b != Bounded::Breaker {
+            // Only what the disk did counts: a deadline passed or the operation died.
+            if matches!(b, Bounded::Timeout | Bounded::Panicked) {
                 self.failed();
             }
             Err(b)

@@ -51,6 +51,7 @@ mod config;
 mod fsops;
 mod guard;
 mod lock;
+mod named;
 mod sweep;
 mod trust;
 
@@ -69,6 +70,7 @@ pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
 use fsops::{FsError, FsResult, Owners};
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::FillLock;
+pub use named::EntryName;
 pub use trust::{DiskStatus, Refusal};
 
 /// Default byte budget: 10 GiB.
@@ -128,6 +130,8 @@ struct Inner {
     sweeping: std::sync::atomic::AtomicBool,
     /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
     read_stall: std::sync::Mutex<Option<Stall>>,
+    /// Test seam: runs before each write's I/O (see [`DiskCache::inject_write_stall`]).
+    write_stall: std::sync::Mutex<Option<Stall>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -164,6 +168,13 @@ enum Found {
     Expired,
 }
 
+/// The file of `identity`'s entry in a disk tier rooted at `dir`, without opening or
+/// creating anything (what [`DiskCache::path_of`] returns for that directory).
+pub fn entry_path(dir: &std::path::Path, identity: &CacheIdentity) -> PathBuf {
+    let digest = identity.sha256_hex();
+    dir.join("v1").join(&digest[..2]).join(digest)
+}
+
 impl DiskCache {
     /// A disk tier over `config.dir`. Makes the directory when missing and judges it (within
     /// the operation deadline, on a thread of its own): a directory anyone may write without
@@ -184,6 +195,7 @@ impl DiskCache {
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 read_stall: std::sync::Mutex::new(None),
+                write_stall: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -193,6 +205,15 @@ impl DiskCache {
     #[doc(hidden)]
     pub fn inject_read_stall(&self, stall: Option<Stall>) {
         if let Ok(mut s) = self.inner.read_stall.lock() {
+            *s = stall;
+        }
+    }
+
+    /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
+    /// on the thread of every write, before its I/O.
+    #[doc(hidden)]
+    pub fn inject_write_stall(&self, stall: Option<Stall>) {
+        if let Ok(mut s) = self.inner.write_stall.lock() {
             *s = stall;
         }
     }
@@ -224,13 +245,7 @@ impl DiskCache {
 
     /// The file of `identity`'s entry.
     pub fn path_of(&self, identity: &CacheIdentity) -> PathBuf {
-        let digest = identity.sha256_hex();
-        self.inner
-            .config
-            .dir
-            .join("v1")
-            .join(&digest[..2])
-            .join(digest)
+        entry_path(&self.inner.config.dir, identity)
     }
 
     fn enabled(&self) -> bool {
@@ -267,13 +282,17 @@ impl DiskCache {
     /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
     /// is not ours, a slow disk, or any I/O error (counted, never returned).
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
+        self.get_digest(identity.sha256_hex()).await
+    }
+
+    /// [`DiskCache::get`] by the entry's hex digest name.
+    pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
         let c = &self.inner.counters;
         if !self.enabled() {
             bump(&c.misses, 1);
             return None;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let stall = self.inner.read_stall.lock().ok().and_then(|s| s.clone());
         let result = self
             .inner
@@ -361,19 +380,36 @@ impl DiskCache {
     /// temporary file, then renamed into place. Failures are counted and ignored; a write
     /// past the deadline goes on in the background (see [`DiskCache::flush`]).
     pub async fn put(&self, identity: &CacheIdentity, bytes: Bytes) {
+        self.put_locked(identity, bytes, None).await;
+    }
+
+    /// [`DiskCache::put`] by the holder of the entry's fill `lock`: the lock is held until the
+    /// write really returned from the disk, even past the deadline at which this call stops
+    /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
+    /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
+    pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
+        self.put_digest(identity.sha256_hex(), bytes, lock).await;
+    }
+
+    /// [`DiskCache::put_locked`] by the entry's hex digest name.
+    pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
             return;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let pending = self.inner.guard.pending_write();
+        let stall = self.inner.write_stall.lock().ok().and_then(|s| s.clone());
         let result = self
             .inner
             .guard
             .run(move || {
-                let _pending = pending;
+                // Both drop when the write's syscalls have returned.
+                let (_pending, _lock) = (pending, lock);
+                if let Some(stall) = stall {
+                    stall();
+                }
                 this.write(&digest, &bytes)
             })
             .await;
@@ -444,11 +480,15 @@ impl DiskCache {
 
     /// Removes `identity`'s entry (its bytes did not decode).
     pub async fn remove(&self, identity: &CacheIdentity) {
+        self.remove_digest(identity.sha256_hex()).await;
+    }
+
+    /// [`DiskCache::remove`] by the entry's hex digest name.
+    pub(crate) async fn remove_digest(&self, digest: String) {
         if !self.enabled() {
             return;
         }
         let this = self.clone();
-        let digest = identity.sha256_hex();
         let removed = self
             .inner
             .guard
@@ -487,10 +527,14 @@ impl DiskCache {
     /// it is written, not when the holder's whole load ends. Never an error: a lock that
     /// cannot be made (or a slow disk) is [`Fill::GaveUp`] at once.
     pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Fill {
+        self.lock_digest(identity.sha256_hex(), wait).await
+    }
+
+    /// [`DiskCache::lock`] by the entry's hex digest name.
+    pub(crate) async fn lock_digest(&self, digest: String, wait: Duration) -> Fill {
         if !self.enabled() {
             return Fill::GaveUp;
         }
-        let digest = identity.sha256_hex();
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(2);
         loop {

@@ -151,3 +151,49 @@ async fn flush_waits_for_writes_in_flight() {
         assert!(cache.path_of(&id(n)).exists());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_permits_do_not_open_the_breaker() {
+    let dir = Dir::new("bounds-busy");
+    // Default settings: 16 permits, 1 s deadline, 100 ms permit wait.
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    cache.put(&id(1), Bytes::from_static(b"there")).await;
+    let permits = cache.config().max_blocking_ops;
+    let stall = Stalled::on(&cache);
+    let stalled: Vec<_> = (0..permits)
+        .map(|_| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.get(&id(1)).await })
+        })
+        .collect();
+    let t = Instant::now();
+    while stall.parked.load(Ordering::SeqCst) < permits {
+        assert!(t.elapsed() < Duration::from_secs(10), "reads never parked");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Every permit is taken: these find none within the permit wait (busy, not a disk fault).
+    let busy: Vec<_> = (0..2 * BREAKER_FAILURES)
+        .map(|_| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.get(&id(1)).await })
+        })
+        .collect();
+    for b in busy {
+        assert!(b.await.unwrap().is_none());
+    }
+    // The parked reads complete before their deadline: the disk itself answered.
+    drop(stall);
+    for s in stalled {
+        assert_eq!(
+            s.await.unwrap().as_deref(),
+            Some(&b"there"[..]),
+            "a parked read"
+        );
+    }
+    cache.inject_read_stall(None);
+    assert_eq!(
+        cache.get(&id(1)).await.as_deref(),
+        Some(&b"there"[..]),
+        "busy permits opened the breaker: the disk is skipped though it never failed"
+    );
+}

@@ -22,6 +22,21 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// Whether a test that must chown to another user can run. Under CI it must: CI runs
+/// the tests as root, and a silent skip there would leave these checks unrun, so not being
+/// root fails the test (any `CI` value but empty, 0 or false, as test-support's `in_ci` reads it). Elsewhere it says it skips.
+fn can_chown(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"),
+        "{why}, and CI is set: run the tests as root (CI must not skip them)"
+    );
+    eprintln!("{why}; not root, so skipped (outside CI)");
+    false
+}
+
 fn mkfifo(path: &Path) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let status = Command::new("mkfifo").arg(path).status().expect("mkfifo");
@@ -196,8 +211,7 @@ async fn a_world_writable_directory_is_refused() {
 
 #[tokio::test]
 async fn a_directory_another_user_owns_is_refused() {
-    if !is_root() {
-        eprintln!("needs root to chown a directory to another user; skipped");
+    if !can_chown("needs root to chown a directory to another user") {
         return;
     }
     let dir = Dir::new("hostile-foreign-dir");
@@ -213,8 +227,7 @@ async fn a_directory_another_user_owns_is_refused() {
 
 #[tokio::test]
 async fn an_entry_another_user_owns_is_not_read() {
-    if !is_root() {
-        eprintln!("needs root to chown a file to another user; skipped");
+    if !can_chown("needs root to chown a file to another user") {
         return;
     }
     let dir = Dir::new("hostile-foreign-entry");
@@ -336,7 +349,7 @@ async fn refused_directories_say_why_and_sticky_ones_are_used() {
     let cache = DiskCache::new(DiskCacheConfig::new(fresh.0.join("a/b")));
     assert_eq!(cache.status(), &DiskStatus::Enabled);
     assert_eq!(mode(&fresh.0.join("a/b")), 0o700);
-    if is_root() {
+    if can_chown("the foreign-owner refusal needs root to chown a directory") {
         let foreign = Dir::new("hostile-status-foreign");
         std::fs::create_dir_all(&foreign.0).unwrap();
         std::os::unix::fs::chown(&foreign.0, Some(OTHER), Some(OTHER)).unwrap();
@@ -353,8 +366,7 @@ async fn refused_directories_say_why_and_sticky_ones_are_used() {
 
 #[tokio::test]
 async fn shared_group_mode_trusts_the_group_and_makes_files_for_it() {
-    if !is_root() {
-        eprintln!("needs root to chown to another uid and gid; skipped");
+    if !can_chown("needs root to chown to another uid and gid") {
         return;
     }
     const GROUP: u32 = 54321;

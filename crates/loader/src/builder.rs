@@ -198,6 +198,25 @@ impl LoaderBuilder {
         self
     }
 
+    /// Whether embeddings use the fleet tiers that are on (`MMCACHE_EMBEDDING_FLEET`).
+    pub fn embedding_fleet(mut self, on: bool) -> Self {
+        self.config.embedding_fleet = on;
+        self
+    }
+
+    /// Cap on an encoded embedding value in a fleet tier (`MMCACHE_EMBEDDING_MAX_VALUE_BYTES`).
+    pub fn embedding_max_value_bytes(mut self, bytes: u64) -> Self {
+        self.config.embedding_max_value_bytes = bytes;
+        self
+    }
+
+    /// Chunk threshold and size of embedding values in the shared cache
+    /// (`MMCACHE_EMBEDDING_CHUNK_BYTES`).
+    pub fn embedding_chunk_bytes(mut self, bytes: u64) -> Self {
+        self.config.embedding_chunk_bytes = bytes;
+        self
+    }
+
     /// Decoded-cache entry cap (`Some(0)` turns the cache off).
     pub fn decoded_cache_entries(mut self, entries: Option<usize>) -> Self {
         self.config.decoded_cache_entries = entries;
@@ -377,7 +396,11 @@ impl LoaderBuilder {
         );
         let memory_hits =
             ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
-        let embeddings = crate::embeddings::Embeddings::new(&config);
+        let background: Arc<crate::background::Background> = Default::default();
+        let embeddings = crate::embeddings::Embeddings::new(
+            &config,
+            crate::embeddings::Fleet::new(&config, &disk, &shared, &background),
+        );
         Ok(Loader {
             inner: Arc::new(Inner {
                 limits,
@@ -390,7 +413,7 @@ impl LoaderBuilder {
                 decoded,
                 inflight: DashMap::new(),
                 fill_locks: DashMap::new(),
-                background: Default::default(),
+                background,
                 memory_hits,
                 metrics: metrics::Handles::new(),
                 embeddings,

@@ -120,6 +120,15 @@ pub mod env {
     /// Byte budget of the in-memory embedding cache, integer >= 0 (`0` stores nothing;
     /// concurrent computes of one key still join). Default 1 GiB.
     pub const EMBEDDING_CACHE_BYTES: &str = "MMCACHE_EMBEDDING_CACHE_BYTES";
+    /// `0` or `1`: embeddings use the image tiers (disk, shared cache, lease) that are on.
+    /// Default `1`.
+    pub const EMBEDDING_FLEET: &str = "MMCACHE_EMBEDDING_FLEET";
+    /// Largest encoded embedding value stored in or read from a fleet tier, bytes, integer
+    /// > 0. Default 64 MiB.
+    pub const EMBEDDING_MAX_VALUE_BYTES: &str = "MMCACHE_EMBEDDING_MAX_VALUE_BYTES";
+    /// Values over this many bytes go to the shared cache in chunks of this size, integer
+    /// > 0, at most the value cap. Default 2 MiB.
+    pub const EMBEDDING_CHUNK_BYTES: &str = "MMCACHE_EMBEDDING_CHUNK_BYTES";
 
     /// Overall deadline of a load in seconds, finite, > 0 and <= 3600. Default: the origin
     /// timeout + the decode wait + the lease wait (when the lease is on) + 30 s (90 s with the
@@ -129,7 +138,7 @@ pub mod env {
     pub const DOWNLOAD_MEMORY_BYTES: &str = "MMCACHE_DOWNLOAD_MEMORY_BYTES";
 
     /// Every variable read by [`crate::Config::from_env`].
-    pub const ALL: [&str; 41] = [
+    pub const ALL: [&str; 44] = [
         SHARED_ENABLED,
         SHARED_URL,
         SHARED_TTL_SECS,
@@ -171,6 +180,9 @@ pub mod env {
         LOAD_TIMEOUT_SECS,
         DOWNLOAD_MEMORY_BYTES,
         EMBEDDING_CACHE_BYTES,
+        EMBEDDING_FLEET,
+        EMBEDDING_MAX_VALUE_BYTES,
+        EMBEDDING_CHUNK_BYTES,
     ];
 }
 
@@ -331,6 +343,12 @@ pub struct Config {
     pub download_memory_bytes: u64,
     /// Embedding-cache byte budget (0: nothing stored). Default 1 GiB.
     pub embedding_cache_bytes: u64,
+    /// Embeddings use the fleet tiers that are on. Default true.
+    pub embedding_fleet: bool,
+    /// Cap on an encoded embedding value in a fleet tier. Default 64 MiB.
+    pub embedding_max_value_bytes: u64,
+    /// Chunk threshold and size of embedding values in the shared cache. Default 2 MiB.
+    pub embedding_chunk_bytes: u64,
 }
 
 impl Default for Config {
@@ -356,6 +374,9 @@ impl Default for Config {
             load_timeout: None,
             download_memory_bytes: DEFAULT_DOWNLOAD_MEMORY_BYTES,
             embedding_cache_bytes: mmcache_decode::DEFAULT_EMBEDDING_CACHE_BYTES,
+            embedding_fleet: true,
+            embedding_max_value_bytes: mmcache_decode::DEFAULT_EMBEDDING_MAX_VALUE_BYTES,
+            embedding_chunk_bytes: mmcache_decode::DEFAULT_EMBEDDING_CHUNK_BYTES,
         }
     }
 }
@@ -508,6 +529,15 @@ impl Config {
         }
         if let Some(v) = get(env::EMBEDDING_CACHE_BYTES) {
             c.embedding_cache_bytes = parse_int(env::EMBEDDING_CACHE_BYTES, &v, "an integer >= 0")?;
+        }
+        if let Some(v) = get(env::EMBEDDING_FLEET) {
+            c.embedding_fleet = parse_flag(env::EMBEDDING_FLEET, &v)?;
+        }
+        if let Some(v) = get(env::EMBEDDING_MAX_VALUE_BYTES) {
+            c.embedding_max_value_bytes = parse_positive_int(env::EMBEDDING_MAX_VALUE_BYTES, &v)?;
+        }
+        if let Some(v) = get(env::EMBEDDING_CHUNK_BYTES) {
+            c.embedding_chunk_bytes = parse_positive_int(env::EMBEDDING_CHUNK_BYTES, &v)?;
         }
         if let Some(v) = get(env::MAX_PIXELS) {
             c.max_pixels = parse_positive_int(env::MAX_PIXELS, &v)?;
@@ -677,6 +707,29 @@ impl Config {
                 env::DISK_CACHE_TTL_SECS,
                 "0",
                 "an integer > 0",
+            ));
+        }
+        if self.embedding_max_value_bytes == 0 {
+            return Err(ConfigError::invalid(
+                env::EMBEDDING_MAX_VALUE_BYTES,
+                "0",
+                "an integer > 0",
+            ));
+        }
+        if self.embedding_chunk_bytes == 0
+            || self.embedding_chunk_bytes > self.embedding_max_value_bytes
+            || self.embedding_chunk_bytes > u64::from(u32::MAX)
+            // Readers refuse a manifest of more chunks than this (a forged one could name
+            // millions), so a value at the cap must fit in that many.
+            || self
+                .embedding_max_value_bytes
+                .div_ceil(self.embedding_chunk_bytes)
+                > u64::from(mmcache_decode::MAX_EMBEDDING_CHUNKS)
+        {
+            return Err(ConfigError::invalid(
+                env::EMBEDDING_CHUNK_BYTES,
+                &self.embedding_chunk_bytes.to_string(),
+                "an integer > 0, at most the value cap and 4 GiB, and at least the value cap / 1024",
             ));
         }
         if self.max_pixels == 0 {

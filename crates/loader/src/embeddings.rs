@@ -44,6 +44,7 @@
 //! # }
 //! ```
 
+mod fleet;
 pub mod metrics;
 
 use std::error::Error as StdError;
@@ -58,6 +59,8 @@ use tokio::sync::watch;
 
 use crate::{Config, Loader};
 
+pub(crate) use fleet::Fleet;
+pub use fleet::{disk_entry_name, shared_key};
 pub use mmcache_decode::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, MAX_EMBEDDING_METADATA_BYTES,
     TensorError,
@@ -74,6 +77,10 @@ pub enum EmbeddingSource {
     Inflight,
     /// This call's compute.
     Computed,
+    /// The host's disk tier (written by this or another process of the host).
+    Disk,
+    /// The fleet's shared cache.
+    Shared,
 }
 
 impl EmbeddingSource {
@@ -83,6 +90,8 @@ impl EmbeddingSource {
             Self::Memory => "memory",
             Self::Inflight => "inflight",
             Self::Computed => "computed",
+            Self::Disk => "disk",
+            Self::Shared => "shared",
         }
     }
 }
@@ -121,11 +130,14 @@ pub enum EmbeddingError {
 }
 
 type Outcome = Result<Embedding, EmbeddingError>;
+/// What a key's task publishes: the embedding and where it came from.
+type Published = Result<(Embedding, EmbeddingSource), EmbeddingError>;
 
 struct Shared {
     session_scoped: bool,
     store: EmbeddingStore,
-    inflight: DashMap<[u8; 32], watch::Receiver<Option<Outcome>>>,
+    inflight: DashMap<[u8; 32], watch::Receiver<Option<Published>>>,
+    fleet: Fleet,
     metrics: metrics::Handles,
 }
 
@@ -152,12 +164,13 @@ impl Loader {
 }
 
 impl Embeddings {
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config, fleet: Fleet) -> Self {
         Self {
             shared: Arc::new(Shared {
                 session_scoped: config.session_scoped,
                 store: EmbeddingStore::new(config.embedding_cache_bytes),
                 inflight: DashMap::new(),
+                fleet,
                 metrics: metrics::Handles::new(),
             }),
         }
@@ -226,14 +239,15 @@ impl Embeddings {
                 let (tx, rx) = watch::channel(None);
                 slot.insert(rx.clone());
                 let shared = self.shared.clone();
+                let model = model.to_owned();
                 // A task of its own: no caller's cancellation reaches it.
                 tokio::spawn(async move {
                     let leave = Leave {
                         shared: &shared,
                         key,
                     };
-                    let outcome = run(shared.clone(), compute).await;
-                    if let Ok(embedding) = &outcome {
+                    let outcome = shared.fill(key, &model, compute).await;
+                    if let Ok((embedding, _)) = &outcome {
                         shared.insert(&key, embedding.clone());
                     }
                     // Leave before publishing: a later call sees the cache or computes again.
@@ -246,7 +260,7 @@ impl Embeddings {
         if joined {
             s.metrics.coalesced.increment(1);
         }
-        let embedding = match rx.wait_for(Option::is_some).await {
+        let (embedding, source) = match rx.wait_for(Option::is_some).await {
             Ok(value) => value.clone().unwrap_or(Err(EmbeddingError::Cancelled))?,
             // The task was dropped unfinished (runtime shutdown).
             Err(_) => return Err(EmbeddingError::Cancelled),
@@ -254,7 +268,7 @@ impl Embeddings {
         let source = if joined {
             EmbeddingSource::Inflight
         } else {
-            EmbeddingSource::Computed
+            source
         };
         Ok(EmbeddingLoaded { embedding, source })
     }
@@ -321,6 +335,40 @@ impl Embeddings {
 }
 
 impl Shared {
+    /// The fleet tiers (disk, shared cache, lease), then the compute; a computed value goes
+    /// to the fleet tiers off this path.
+    async fn fill<F, Fut, E>(
+        self: &Arc<Self>,
+        key: EmbeddingKey,
+        model: &str,
+        compute: F,
+    ) -> Published
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Embedding, E>> + Send + 'static,
+        E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+    {
+        if !self.fleet.enabled() {
+            return run(self.clone(), compute)
+                .await
+                .map(|e| (e, EmbeddingSource::Computed));
+        }
+        let held = match self.fleet.before_compute(&key, model).await {
+            fleet::Before::Hit(e, source) => return Ok((e, source)),
+            fleet::Before::Compute(held) => held,
+        };
+        match run(self.clone(), compute).await {
+            Ok(e) => {
+                self.fleet.after_compute(&key, model, &e, held);
+                Ok((e, EmbeddingSource::Computed))
+            }
+            Err(err) => {
+                self.fleet.release(&key, held);
+                Err(err)
+            }
+        }
+    }
+
     fn insert(&self, key: &EmbeddingKey, embedding: Embedding) -> bool {
         let r = self.store.insert(key, embedding);
         if r.evicted > 0 {

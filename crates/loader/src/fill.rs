@@ -198,8 +198,9 @@ impl Inner {
 
     /// Writes bytes that decoded to the disk tier, when there is one, in a task of its own:
     /// the load does not wait for the file system, and [`crate::Loader::shutdown`] waits for
-    /// the write. The write takes over this load's fill lock, so the host's other processes
-    /// keep waiting for the entry (not for a lock released before the entry exists).
+    /// the write. The write takes over this load's fill lock and holds it until the file
+    /// really landed (past the disk deadline too), so the host's other processes keep waiting
+    /// for the entry (not for a lock released before the entry exists).
     fn write_disk(&self, identity: &CacheIdentity, bytes: Bytes) {
         let Some(disk) = &self.disk else { return };
         let lock = self
@@ -208,8 +209,7 @@ impl Inner {
             .map(|(_, lock)| lock);
         let (disk, identity) = (disk.clone(), identity.clone());
         self.background.spawn(async move {
-            disk.put(&identity, bytes).await;
-            drop(lock);
+            disk.put_locked(&identity, bytes, lock).await;
         });
     }
 
@@ -464,6 +464,10 @@ impl Inner {
             let bytes = bytes.clone();
             blocking(move || mmcache_decode::probe(&bytes, &limits)).await??
         };
+        // The same bytes already decoded in this load's scope (under another URL): share it.
+        if let Some(image) = self.shared_content(&probe.content_key) {
+            return Ok(image);
+        }
         /// Images this small decode in well under a millisecond: in place, without the hop
         /// to the blocking pool (which costs about as much as the decode itself).
         const INLINE_DECODE_PIXELS: u64 = 256 * 256;

@@ -12,6 +12,14 @@
 //! burst of [`BURST`] at most), so when most GETs are slow the hedges stop doubling the origin
 //! traffic at the adaptive delay; a load over budget waits for its GET up to the cap, then
 //! fetches from the origin all the same, so a slow node never costs a load more than the cap.
+//!
+//! While at most half of the recent GETs were late, the delay stays within
+//! [`MINORITY_CEILING`] times the floor: a slow minority (one sick master) is what hedging is
+//! for, and on a saturated machine the healthy GETs themselves slow down (scheduling, not
+//! Redis), so 8 x their median would rise to 100-200 ms and make every load to the sick
+//! master wait that (measured in the `outage-hung` bench's slow-node row). Only a late
+//! majority, a cluster slow as a whole, lifts the delay towards the cap, doubling it at most
+//! per recompute.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,6 +35,10 @@ const BURST: u64 = 64_000;
 const COST: u64 = 1000;
 /// GETs timed before the first hedge.
 const WARM_UP: u64 = 16;
+/// While at most half of the samples are late, the delay stays within this many floors.
+const MINORITY_CEILING: u32 = 4;
+/// Marks a sample of a GET that was still running at the delay (see `observe_late`).
+const LATE: u32 = 1 << 31;
 
 /// Hedge settings (`MMCACHE_SHARED_IMAGE_CACHE_HEDGE*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +66,8 @@ impl Default for HedgeSettings {
 #[derive(Debug)]
 pub(crate) struct Hedge {
     settings: HedgeSettings,
-    /// Recent GET latencies in microseconds (0: no sample yet).
+    /// Recent GET latencies in microseconds (0: no sample yet), [`LATE`] set on a GET that
+    /// was still running at the delay.
     samples: [AtomicU32; SAMPLES],
     next: AtomicU64,
     /// The current delay, in microseconds.
@@ -130,7 +143,15 @@ impl Hedge {
     /// Records a GET that answered (hit, miss or oversized) within the delay, after `latency`;
     /// earns hedge budget, and every [`SAMPLES`] / 4 GETs recomputes the delay.
     pub(crate) fn observe(&self, latency: Duration) {
-        let us = u32::try_from(micros(latency)).unwrap_or(u32::MAX).max(1);
+        self.sample(latency, 0);
+    }
+
+    fn sample(&self, latency: Duration, flag: u32) {
+        // Below the flag bit: 35 minutes, far above any cap.
+        let us = u32::try_from(micros(latency))
+            .unwrap_or(LATE - 1)
+            .clamp(1, LATE - 1)
+            | flag;
         self.answered.fetch_add(1, Ordering::Relaxed);
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.samples[(n as usize) % SAMPLES].store(us, Ordering::Relaxed);
@@ -152,25 +173,36 @@ impl Hedge {
     /// for everyone. A majority of such GETs still raises the delay (8 x the delay itself),
     /// so the delay follows a cluster that is slow as a whole.
     pub(crate) fn observe_late(&self, delay: Duration) {
-        self.observe(delay);
+        self.sample(delay, LATE);
     }
 
     fn recompute(&self) {
-        let mut v: Vec<u32> = self
+        let raw: Vec<u32> = self
             .samples
             .iter()
             .map(|s| s.load(Ordering::Relaxed))
             .filter(|&us| us > 0)
             .collect();
-        if v.is_empty() {
+        if raw.is_empty() {
             return;
         }
+        let late = raw.iter().filter(|&&us| us & LATE != 0).count();
+        let mut v: Vec<u32> = raw.iter().map(|&us| us & !LATE).collect();
         let mid = v.len() / 2;
         let median = u64::from(*v.select_nth_unstable(mid).1);
-        let delay = median.saturating_mul(MEDIAN_MULTIPLE).clamp(
-            micros(self.settings.min_delay),
-            micros(self.settings.max_delay),
-        );
+        let (floor, cap) = (self.settings.min_delay, self.settings.max_delay);
+        // A late majority climbs at most 2x per recompute (the median is then the delay
+        // itself, and 8x would jump): a borderline moment, when healthy GETs hover around the
+        // floor, costs one step, while a cluster slow as a whole still reaches the cap within
+        // a few recomputes.
+        let ceiling = if late * 2 > v.len() {
+            (self.delay() * 2).min(cap)
+        } else {
+            (floor * MINORITY_CEILING).min(cap)
+        };
+        let delay = median
+            .saturating_mul(MEDIAN_MULTIPLE)
+            .clamp(micros(floor), micros(ceiling.max(floor)));
         self.delay_us.store(delay, Ordering::Relaxed);
     }
 
@@ -220,14 +252,19 @@ mod tests {
             h.observe(Duration::from_millis(ms));
         }
         assert_eq!(h.delay(), Duration::from_millis(20));
-        // Every GET at 15 ms: 120 ms.
+        // Every GET at 8 ms, in time: 64 ms.
+        for _ in 0..SAMPLES * 2 {
+            h.observe(Duration::from_millis(8));
+        }
+        assert_eq!(h.delay(), Duration::from_millis(64));
+        // Every GET at 15 ms, in time (a saturated machine): 4 x the floor, not 120 ms.
         for _ in 0..SAMPLES * 2 {
             h.observe(Duration::from_millis(15));
         }
-        assert_eq!(h.delay(), Duration::from_millis(120));
-        // Every GET at a second: the cap.
+        assert_eq!(h.delay(), Duration::from_millis(80));
+        // Every GET late: the cap.
         for _ in 0..SAMPLES * 2 {
-            h.observe(Duration::from_secs(1));
+            h.observe_late(h.current_delay());
         }
         assert_eq!(h.delay(), Duration::from_millis(250));
     }
@@ -263,6 +300,21 @@ mod tests {
             h.observe_late(h.current_delay());
         }
         assert_eq!(h.delay(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn a_late_minority_on_a_slow_machine_stays_within_four_floors() {
+        let h = Hedge::new(HedgeSettings::default());
+        // Healthy GETs at 25 ms (a saturated machine), a third late: 8 x 25 ms = 200 ms
+        // without the ceiling.
+        for i in 0..SAMPLES * 2 {
+            if i % 3 == 0 {
+                h.observe_late(h.current_delay());
+            } else {
+                h.observe(Duration::from_millis(25));
+            }
+        }
+        assert_eq!(h.delay(), Duration::from_millis(80));
     }
 
     #[test]

@@ -10,29 +10,51 @@
 //!
 //! ```
 //! use mmcache_loader::{Loader, Source};
-//! use mmcache_test_support::{images, origin::{Route, TestOrigin}};
+//! use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let origin = TestOrigin::start();
-//! origin.set("/cat.png", Route::ok(images::png(64, 48, 1)));
+//! // A 2×2 PNG served by a tiny HTTP origin on 127.0.0.1 (below).
+//! const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x02\0\0\0\x02\x08\x02\0\0\0\xfd\xd4\x9as\
+//!     \0\0\0\x10IDATx\xdac8!'\x07D\x0c\x10\n\0\x1f&\x04\x11J\x8e\x8d \0\0\0\0IEND\xaeB`\x82";
+//! let (url, downloads) = serve("/cat.png", PNG);
 //!
 //! // Loader::from_env() reads the DYN_MM_* variables; the builder sets the same things.
-//! let loader = Loader::builder().allow_internal(true).build()?;
-//! let url = origin.url("/cat.png");
+//! let loader = Loader::builder().allow_internal(true).build()?; // http to 127.0.0.1: tests only
 //!
-//! let first = loader.load_detailed(&url, None).await?;
+//! let first = loader.load_detailed(&format!("{url}/cat.png"), None).await?;
 //! assert_eq!(first.source, Source::Origin);
-//! assert_eq!((first.image.width(), first.image.height()), (64, 48));
+//! assert_eq!((first.image.width(), first.image.height()), (2, 2));
 //!
-//! let again = loader.load_detailed(&url, None).await?;
+//! let again = loader.load_detailed(&format!("{url}/cat.png"), None).await?;
 //! assert_eq!(again.source, Source::Memory);
-//! assert_eq!(origin.hits("/cat.png"), 1);
+//! assert_eq!(downloads.load(Ordering::SeqCst), 1);
 //!
-//! let err = loader.load(&origin.url("/missing.png"), None).await.unwrap_err();
+//! let err = loader.load(&format!("{url}/missing.png"), None).await.unwrap_err();
 //! assert_eq!(err.http_status(), 404);
 //! # Ok(())
 //! # }
+//!
+//! /// Serves `body` at `path` and 404 elsewhere; returns the base URL and a download count.
+//! fn serve(path: &str, body: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+//!     use std::io::{Read, Write};
+//!     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let base = format!("http://{}", listener.local_addr().unwrap());
+//!     let downloads = Arc::new(AtomicUsize::new(0));
+//!     let (ok, counter) = (format!("GET {path} "), downloads.clone());
+//!     std::thread::spawn(move || {
+//!         for mut stream in listener.incoming().flatten() {
+//!             let mut request = [0; 4096];
+//!             let n = stream.read(&mut request).unwrap_or(0); // a GET fits in one read on loopback
+//!             let found = request[..n].starts_with(ok.as_bytes());
+//!             let (status, body) = if found { ("200 OK", body) } else { ("404 Not Found", &b""[..]) };
+//!             counter.fetch_add(usize::from(found), Ordering::SeqCst);
+//!             let head = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+//!             let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body));
+//!         }
+//!     });
+//!     (base, downloads)
+//! }
 //! ```
 //!
 //! # Errors
@@ -55,6 +77,7 @@ mod background;
 mod budget;
 mod builder;
 mod config;
+mod content;
 mod data_url;
 pub mod embeddings;
 mod error;
@@ -379,9 +402,12 @@ impl Loader {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let outcome = inner.within_deadline(inner.fill(&identity, &url)).await;
-                    if let Ok((image, _, _)) = &outcome {
-                        inner.decoded.insert(&identity, image.clone());
+                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
+                    let mut outcome = inner.within_deadline(fill).await;
+                    if let Ok((image, _, _)) = &mut outcome {
+                        // The cache may already hold this content (a concurrent load of
+                        // another URL): every waiter gets the one copy it keeps.
+                        *image = inner.decoded.insert(&identity, image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);
@@ -438,7 +464,8 @@ impl Drop for LeaveInflight<'_> {
     }
 }
 
-/// The README's examples, compiled as doctests so they stay true.
+/// The crate README's examples (the root README's are the same), compiled as doctests so they
+/// stay true.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -21,6 +21,9 @@ pub const ORIGIN_FETCH_DURATION: &str = "mmcache_origin_fetch_duration_seconds";
 pub const ORIGIN_FETCH_BYTES: &str = "mmcache_origin_fetch_bytes_total";
 /// Decode duration; label `format`.
 pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
+/// Loads whose bytes were already decoded in their scope under another URL: the image was
+/// shared, not decoded again (counter).
+pub const CONTENT_SHARED: &str = "mmcache_decoded_content_shared_total";
 /// The JPEG decoder in use (gauge, 1); label `decoder` (`libjpeg-turbo`, `pure-rust`).
 pub const JPEG_DECODER_INFO: &str = "mmcache_jpeg_decoder_info";
 /// The libjpeg-turbo in use (gauge, 1); labels `linkage` (`vendored`, `run-time`) and

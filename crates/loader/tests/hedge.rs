@@ -180,3 +180,102 @@ async fn a_spent_hedge_budget_costs_at_most_the_cap() {
         "a load past the budget took {slowest:?}: it waited for the GET's timeout"
     );
 }
+
+/// Stops and resumes master `i` in a cycle (`stopped` of every `period`) until `stop` is
+/// set; bounded by a cycle count as well.
+fn cycle(
+    pid: Option<u32>,
+    stopped: Duration,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let Some(pid) = pid else { return };
+        let kill = |sig: &str| {
+            let _ = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status();
+        };
+        for _ in 0..2_000 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            kill("-STOP");
+            std::thread::sleep(stopped);
+            kill("-CONT");
+            std::thread::sleep(period.saturating_sub(stopped));
+        }
+        kill("-CONT");
+    })
+}
+
+/// A saturated machine: every GET is slower (the healthy masters answer within ~20 ms, a
+/// median around 10 ms) while one master answers after up to 300 ms. 8 x the median would put
+/// the delay near 100 ms, and every load to the slow master would wait it: while only a
+/// minority of GETs is late, the delay stays within 4 x the floor (the cap is for a cluster
+/// slow as a whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_minority_keeps_the_delay_within_four_floors_on_a_slow_machine() {
+    if !require_redis("a_slow_minority_keeps_the_delay_within_four_floors_on_a_slow_machine") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let origin = TestOrigin::start();
+    let urls = Arc::new(cached_urls(&origin, &cluster, 48).await);
+    let loader = defaults(&cluster);
+    for u in urls.iter() {
+        loader.load(u, None).await.unwrap(); // past the warm-up
+    }
+    let floor = HedgeSettings::default().min_delay;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ms = Duration::from_millis;
+    let cyclers = vec![
+        cycle(cluster.nodes[0].pid(), ms(300), ms(320), stop.clone()),
+        cycle(cluster.nodes[1].pid(), ms(20), ms(25), stop.clone()),
+        cycle(cluster.nodes[2].pid(), ms(20), ms(25), stop.clone()),
+    ];
+    let max_delay_us = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    // 8 loads at a time: enough to keep every master busy, not so many that this test's own
+    // runtime (a debug build on 2 cores) makes every GET late.
+    for w in 0..8 {
+        let (loader, urls, stop, max) = (
+            loader.clone(),
+            urls.clone(),
+            stop.clone(),
+            max_delay_us.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            for i in 0..100_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let u = &urls[(w * 7 + i) % urls.len()];
+                loader.load(u, None).await.unwrap();
+                let d = loader.hedge_stats().delay.as_micros() as u64;
+                max.fetch_max(d, Ordering::Relaxed);
+            }
+        }));
+    }
+    // Long enough for several recomputes of the delay (one every 32 GETs) at this pace.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    for c in cyclers {
+        c.join().unwrap();
+    }
+    let max_delay = Duration::from_micros(max_delay_us.load(Ordering::Relaxed));
+    let stats = loader.hedge_stats();
+    eprintln!("max delay {max_delay:?}, {stats:?}");
+    assert!(
+        stats.answered_gets > 200,
+        "enough GETs to move the delay: {stats:?}"
+    );
+    assert!(
+        max_delay <= floor * 4,
+        "the hedge delay reached {max_delay:?} (floor {floor:?}) while a minority of GETs was \
+         late: every load to the slow master waited it; {stats:?}"
+    );
+}

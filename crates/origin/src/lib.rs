@@ -10,25 +10,37 @@
 //!
 //! ```
 //! use mmcache_origin::{Origin, OriginConfig};
-//! use mmcache_test_support::origin::{Route, TestOrigin};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), mmcache_origin::Error> {
-//! let server = TestOrigin::start();
-//! server.set("/a.bin", Route::ok(b"hello".to_vec()));
-//!
-//! let mut config = OriginConfig::default();
-//! config.allow_internal = true; // the test server is on 127.0.0.1 over http
-//! let origin = Origin::new(config)?;
-//! let fetched = origin.fetch(&server.url("/a.bin")).await?;
-//! assert_eq!(&fetched.bytes[..], b"hello");
+//! let url = serve_once(b"hello"); // a one-request HTTP server on 127.0.0.1 (below)
 //!
 //! // Without internal access, http and loopback are refused before any request.
 //! let strict = Origin::new(OriginConfig::default())?;
-//! let err = strict.fetch(&server.url("/a.bin")).await.unwrap_err();
-//! assert_eq!(err.http_status(), 400);
+//! assert_eq!(strict.fetch(&url).await.unwrap_err().http_status(), 400);
+//!
+//! let mut config = OriginConfig::default();
+//! config.allow_internal = true; // http and 127.0.0.1 allowed: for tests only
+//! let origin = Origin::new(config)?;
+//! let fetched = origin.fetch(&url).await?;
+//! assert_eq!(&fetched.bytes[..], b"hello");
 //! # Ok(())
 //! # }
+//!
+//! /// Answers one HTTP request with `body`; returns the URL to fetch.
+//! fn serve_once(body: &'static [u8]) -> String {
+//!     use std::io::{Read, Write};
+//!     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let url = format!("http://{}/a.bin", listener.local_addr().unwrap());
+//!     std::thread::spawn(move || {
+//!         let (mut stream, _) = listener.accept().unwrap();
+//!         let mut request = [0; 4096];
+//!         let _ = stream.read(&mut request); // a GET fits in one read on loopback
+//!         let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+//!         stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).unwrap();
+//!     });
+//!     url
+//! }
 //! ```
 //!
 //! # Errors

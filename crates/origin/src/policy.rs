@@ -49,7 +49,10 @@ pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolati
 ///
 /// Matching rules: an entry `example.com` allows exactly that host; `*.example.com` allows
 /// every subdomain at any depth (`a.example.com`, `a.b.example.com`) but not `example.com`
-/// itself, which needs an entry of its own. Case and a trailing dot do not matter;
+/// itself, which needs an entry of its own. Entries are read by the URL parser's host parser,
+/// as URL hosts are, so an entry matches the hosts spelled like it. Case and one trailing dot
+/// (the root label) do not matter; a name with more trailing dots (`a.example..`) is a name of
+/// its own, as the URL parser keeps it;
 /// internationalised names match in either spelling (entries are IDNA-encoded like URL hosts).
 /// An IP address entry allows that address as a URL host. The list is checked on every
 /// redirect hop and before any cache layer answers; internal addresses stay refused unless
@@ -80,7 +83,6 @@ impl DomainAllowlist {
                 Some(rest) => (true, rest),
                 None => (false, entry),
             };
-            let name = name.trim_end_matches('.');
             if name.is_empty() || name.contains(['*', '/', '@', '?', '#']) {
                 return Err(bad());
             }
@@ -93,8 +95,20 @@ impl DomainAllowlist {
                 continue;
             }
             match Host::parse(name).map_err(|_| bad())? {
-                Host::Domain(d) if wild => list.suffixes.push(format!(".{d}")),
-                Host::Domain(d) => list.exact.push(d),
+                Host::Domain(d) => {
+                    let d = root_label_dropped(&d);
+                    if d.is_empty() {
+                        return Err(bad());
+                    }
+                    if wild {
+                        list.suffixes.push(format!(".{d}"));
+                    } else {
+                        list.exact.push(d.to_owned());
+                    }
+                }
+                // `10.0.0.1.`: the parser reads an address, as it would in a URL.
+                Host::Ipv4(v4) if !wild => list.ips.push(IpAddr::V4(v4)),
+                Host::Ipv6(v6) if !wild => list.ips.push(IpAddr::V6(v6)),
                 _ => return Err(bad()),
             }
         }
@@ -113,7 +127,7 @@ impl DomainAllowlist {
         }
         match url.host() {
             Some(Host::Domain(d)) => {
-                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                let d = root_label_dropped(d).to_ascii_lowercase();
                 self.exact.contains(&d) || self.suffixes.iter().any(|s| d.ends_with(s.as_str()))
             }
             Some(Host::Ipv4(v4)) => self.ips.contains(&IpAddr::V4(v4)),
@@ -121,6 +135,11 @@ impl DomainAllowlist {
             None => false,
         }
     }
+}
+
+/// A parsed name without its one trailing dot (the root label), if it has one.
+fn root_label_dropped(d: &str) -> &str {
+    d.strip_suffix('.').unwrap_or(d)
 }
 
 /// [`check_parsed`] where `loopback_is_public` treats 127.0.0.0/8 as public and allows `http`

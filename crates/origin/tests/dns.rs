@@ -193,3 +193,16 @@ fn a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once() {
         assert_eq!(err.http_status(), 400, "{err}");
     });
 }
+
+/// The harness reads the child's output while it runs: a child that writes more than a pipe
+/// holds (64 KiB) finishes instead of blocking on its write until the harness's time limit.
+#[test]
+fn a_child_test_that_writes_a_lot_still_finishes() {
+    let Some(_dns) = TestDns::isolated("a_child_test_that_writes_a_lot_still_finishes") else {
+        return;
+    };
+    let line = "x".repeat(1023);
+    for _ in 0..1024 {
+        println!("{line}"); // 1 MiB in all
+    }
+}

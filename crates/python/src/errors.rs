@@ -132,3 +132,63 @@ pub(crate) fn config_error(py: Python<'_>, err: &ConfigError) -> PyErr {
         Err(e) => e,
     }
 }
+
+/// An instance of the `mmcache.errors` class `class` (an embedding error) with `message`.
+fn embedding_class(py: Python<'_>, class: &str, message: String, status: u16) -> PyErr {
+    let made = errors_module(py)
+        .and_then(|m| m.getattr(class))
+        .and_then(|c| c.call1((message, status)));
+    match made {
+        Ok(value) => PyErr::from_value(value),
+        Err(e) => e,
+    }
+}
+
+/// `EmbeddingTypeError` (a `TypeError`): a compute returned no array, a key is not a string.
+pub(crate) fn embedding_type(py: Python<'_>, message: String) -> PyErr {
+    embedding_class(py, "EmbeddingTypeError", message, 500)
+}
+
+/// `InvalidEmbeddingError` (a `ValueError`): a wrong dtype, a non-contiguous tensor.
+pub(crate) fn invalid_embedding(py: Python<'_>, message: String) -> PyErr {
+    embedding_class(py, "InvalidEmbeddingError", message, 500)
+}
+
+/// `EmbeddingDeviceError`: a tensor outside host memory (a GPU tensor).
+pub(crate) fn embedding_device(py: Python<'_>, message: String) -> PyErr {
+    embedding_class(py, "EmbeddingDeviceError", message, 500)
+}
+
+/// `EmbeddingTooLargeError`: metadata over its cap.
+pub(crate) fn embedding_too_large(py: Python<'_>, message: String) -> PyErr {
+    embedding_class(py, "EmbeddingTooLargeError", message, 413)
+}
+
+/// The Python exception for a failed `get_or_compute`: the compute's own exception, the
+/// same object for every waiter (a bad return value is one of ours, raised the same way);
+/// `EmbeddingComputeError` for a panic or a cancelled compute task.
+pub(crate) fn embedding_error(
+    py: Python<'_>,
+    err: &mmcache_loader::embeddings::EmbeddingError,
+) -> PyErr {
+    use mmcache_loader::embeddings::EmbeddingError;
+    if let EmbeddingError::Compute { source } = err
+        && let Some(raised) = source.downcast_ref::<PyErr>()
+    {
+        // A compute task cancelled (its loop shut down, or its own code cancelled it) must not
+        // raise CancelledError in the other waiters: asyncio would take that for their own
+        // cancellation.
+        if raised.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
+            return embedding_class(
+                py,
+                "EmbeddingComputeError",
+                "the embedding compute was cancelled (its event loop stopped or cancelled \
+                 it); the next call computes again"
+                    .to_owned(),
+                500,
+            );
+        }
+        return raised.clone_ref(py);
+    }
+    embedding_class(py, "EmbeddingComputeError", err.to_string(), 500)
+}

@@ -15,10 +15,13 @@
 //! One tokio runtime serves the process; it starts with the first loader. See
 //! `crates/python/README.md` for the behaviour after `fork`.
 
+mod dlpack;
+mod embeddings;
 mod errors;
 mod loader;
 mod pixels;
 mod runtime;
+mod tensor;
 
 use pyo3::prelude::*;
 
@@ -70,6 +73,9 @@ fn text_or_bytes(obj: &Bound<'_, PyAny>) -> PyResult<(String, Vec<u8>)> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<pixels::Pixels>()?;
+    m.add_class::<embeddings::Embeddings>()?;
+    m.add_class::<embeddings::CachedEmbedding>()?;
+    m.add_class::<tensor::TensorBytes>()?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -28,7 +28,7 @@ use crate::{errors, pixels};
 /// `allow_internal`, `allowed_media_domains`, `disk_cache_dir`, `disk_cache_max_bytes`,
 /// `disk_cache_ttl_secs`, `decoded_cache_bytes`, `decoded_cache_entries`, `max_pixels`,
 /// `decode_memory_bytes`, `decode_concurrency`, `decode_wait_secs`, `origin_timeout_secs`,
-/// `origin_connect_timeout_secs`.
+/// `origin_connect_timeout_secs`, `embedding_cache_bytes`.
 #[pyclass(frozen, subclass, module = "mmcache._native")]
 pub(crate) struct Loader {
     /// Always `Some` until dropped (see the `Drop` impl).
@@ -186,6 +186,16 @@ impl Loader {
         let loader = self.start()?;
         let deadline = secs("timeout_secs", timeout_secs)?;
         future_into_py::<PerProcess, _, _>(py, async move { Ok(loader.shutdown(deadline).await) })
+    }
+
+    /// The embedding caches: `await loader.embeddings.get_or_compute(key, compute, model=...)`.
+    #[getter]
+    fn embeddings(&self) -> PyResult<crate::embeddings::Embeddings> {
+        runtime::check_owner(self.pid)?;
+        Ok(crate::embeddings::Embeddings::new(
+            self.loader().clone(),
+            self.pid,
+        ))
     }
 
     fn __repr__(&self) -> String {
@@ -364,6 +374,7 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "decode_wait_secs" => b.decode_wait(secs(name, v.extract()?)?),
         "origin_timeout_secs" => b.origin_timeout(secs(name, v.extract()?)?),
         "origin_connect_timeout_secs" => b.origin_connect_timeout(secs(name, v.extract()?)?),
+        "embedding_cache_bytes" => b.embedding_cache_bytes(v.extract()?),
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "Loader got an unexpected keyword argument '{name}'"

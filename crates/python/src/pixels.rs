@@ -31,6 +31,13 @@ impl Pixels {
         self.image.height()
     }
 
+    /// The image's content key: blake3 of its encoded bytes as 64 hex digits, taken once
+    /// when the bytes arrived (never recomputed here).
+    #[getter]
+    fn content_key(&self) -> String {
+        self.image.content_key().to_string()
+    }
+
     /// numpy's array interface, version 3: shape (H, W, 3), uint8, read-only.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::Scope;
+use crate::{ContentKey, Scope};
 
 /// What names an embedding's input, before the model and the scope are added.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -21,9 +21,10 @@ impl EmbeddingKeyInput {
         Self::Caller(key.into())
     }
 
-    /// A content key from a 32-byte digest of the encoded bytes.
-    pub fn content(digest: [u8; 32]) -> Self {
-        Self::Content(digest)
+    /// A content key: a [`ContentKey`], a decoded image (`mmcache_decode::DecodedImage`
+    /// converts into its own), or a raw 32-byte blake3 digest of the encoded bytes.
+    pub fn content(key: impl Into<ContentKey>) -> Self {
+        Self::Content(*key.into().as_bytes())
     }
 }
 

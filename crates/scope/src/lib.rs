@@ -44,9 +44,11 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+mod content_key;
 mod embedding_key;
 mod url_key;
 
+pub use content_key::ContentKey;
 pub use embedding_key::{EmbeddingKey, EmbeddingKeyInput};
 pub use url_key::dynamo_url_key;
 
@@ -192,12 +194,19 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
 /// the rest as given), prefixed by the scope digest and `:` in scoped mode. The download still
 /// uses the URL as given.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CacheIdentity(Arc<str>);
+pub struct CacheIdentity {
+    key: Arc<str>,
+    /// Built by [`CacheIdentity::scoped`]: `key` starts with the 64-character scope digest.
+    scoped: bool,
+}
 
 impl CacheIdentity {
     /// The identity of `url` outside session scoping: `dynamo_url_key(url)`.
     pub fn unscoped(url: &str) -> Self {
-        Self(Arc::from(dynamo_url_key(url)))
+        Self {
+            key: Arc::from(dynamo_url_key(url)),
+            scoped: false,
+        }
     }
 
     /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + dynamo_url_key(url)`.
@@ -208,7 +217,10 @@ impl CacheIdentity {
         s.push_str(digest.as_str());
         s.push(':');
         s.push_str(&key);
-        Self(Arc::from(s))
+        Self {
+            key: Arc::from(s),
+            scoped: true,
+        }
     }
 
     /// The identity a load uses, or `None` when the load must bypass every cache layer
@@ -223,19 +235,26 @@ impl CacheIdentity {
 
     /// The identity string.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.key
+    }
+
+    /// The scope digest this identity was built in (scoped mode), or `None` for an unscoped
+    /// identity. It partitions the decoded cache's content index, so content dedup never
+    /// crosses scopes.
+    pub fn scope_digest(&self) -> Option<&str> {
+        self.scoped.then(|| &self.key[..64])
     }
 
     /// Lowercase hex SHA-256 of the identity: the hash tag of the shared-cache key.
     pub fn sha256_hex(&self) -> String {
-        sha256_hex(self.0.as_bytes())
+        sha256_hex(self.key.as_bytes())
     }
 }
 
 impl fmt::Debug for CacheIdentity {
     // Identities hold URLs that may carry signed query strings: do not print them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CacheIdentity({} bytes)", self.0.len())
+        write!(f, "CacheIdentity({} bytes)", self.key.len())
     }
 }
 

@@ -45,6 +45,8 @@
 mod breaker;
 mod conn;
 mod error;
+mod inspect;
+mod keyed;
 pub mod metrics;
 mod slots;
 mod warn;
@@ -63,6 +65,7 @@ use crate::conn::{Failure, install_crypto_provider};
 
 pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
+pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
 pub use crate::warn::{Clock, ManualClock, SystemClock};
 
@@ -578,26 +581,7 @@ impl SharedCache {
 
     /// Tries to take the stampede lease of `identity` for `ttl` (`SET lease NX PX ttl`).
     pub async fn try_lease(&self, identity: &CacheIdentity, ttl: Duration) -> LeaseOutcome {
-        let key = lease_key(identity);
-        let token = lease_token();
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let result = self
-            .run("lease", &key, |mut conn, key| async move {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ms)
-                    .query_async::<Option<String>>(&mut conn)
-                    .await
-            })
-            .await;
-        match result {
-            Ok(Some(_)) => LeaseOutcome::Won(token),
-            Ok(None) => LeaseOutcome::Held,
-            Err(_) => LeaseOutcome::Unavailable,
-        }
+        self.try_lease_key(&lease_key(identity), ttl).await
     }
 
     /// Gives the lease back (best effort: it expires anyway), only if it is still this
@@ -605,19 +589,7 @@ impl SharedCache {
     /// lease. A compare-and-delete script (`GET` = token, then `DEL`), which Redis, Valkey and
     /// Dragonfly all run.
     pub async fn release_lease(&self, identity: &CacheIdentity, token: u64) {
-        const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-        let key = lease_key(identity);
-        let _ = self
-            .run("lease", &key, |mut conn, key| async move {
-                redis::cmd("EVAL")
-                    .arg(RELEASE)
-                    .arg(1)
-                    .arg(key)
-                    .arg(token.to_string())
-                    .query_async::<i64>(&mut conn)
-                    .await
-            })
-            .await;
+        self.release_lease_key(&lease_key(identity), token).await;
     }
 
     /// Deletes the entry for `identity` (used when a cached value fails to decode).

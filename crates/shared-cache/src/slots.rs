@@ -78,7 +78,7 @@ impl SlotMap {
     }
 }
 
-fn parse(reply: &redis::Value) -> Option<Vec<(u16, u16, String)>> {
+pub(crate) fn parse(reply: &redis::Value) -> Option<Vec<(u16, u16, String)>> {
     use redis::Value;
     let Value::Array(entries) = reply else {
         return None;

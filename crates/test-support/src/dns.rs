@@ -213,6 +213,19 @@ fn run_child(test: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start `unshare` (util-linux)");
+    // Read both pipes while the child runs: a child that writes more than a pipe holds would
+    // otherwise block on its write and never exit.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for the child test") {
@@ -225,12 +238,9 @@ fn run_child(test: &str) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let out = child.wait_with_output().expect("child output");
     let _ = std::fs::remove_dir_all(&dir);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
     println!("--- {test} in a private mount namespace ---\n{stdout}\n{stderr}");
     assert!(status.success(), "{test} failed in its namespace: {status}");
     // Exit 0 with nothing run would be a silent pass: the filter must have matched.

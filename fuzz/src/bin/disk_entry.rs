@@ -8,6 +8,8 @@
 //! The directory is `$MMCACHE_FUZZ_DIR` (set by `cargo xtask fuzz`) or the temp dir, with a
 //! folder per process.
 
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -27,7 +29,10 @@ fn env() -> &'static Env {
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
         Env {
+            // Timers on: every disk operation runs under a deadline (`tokio::time::timeout`);
+            // without them each one panicked, which is why every seed crashed.
             runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
                 .build()
                 .expect("a tokio runtime"),
             dir: base.join(format!("disk-entry-{}", std::process::id())),
@@ -51,8 +56,21 @@ fn check(cap: u64, body: &[u8]) {
     let cache = DiskCache::new(config);
     let id = CacheIdentity::unscoped("https://example.com/fuzz.png");
     let path = cache.path_of(&id);
-    std::fs::create_dir_all(path.parent().expect("an entry has a folder")).expect("mkdir");
-    std::fs::write(&path, body).expect("write the entry");
+    // Folders 0700 and the file 0600 whatever the umask, as the tier makes them: a folder
+    // anyone may write would be skipped, and the check below would fail for the wrong reason.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path.parent().expect("an entry has a folder"))
+        .expect("mkdir");
+    let _ = std::fs::remove_file(&path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(body))
+        .expect("write the entry");
     let got = env.runtime.block_on(cache.get(&id));
     let fits = !body.is_empty() && body.len() as u64 <= cap;
     match got {

@@ -1,5 +1,5 @@
-//! Metric names of the embedding caches. Label `tier` is `memory` for now (the fleet tiers
-//! will add `disk` and `shared`). No label ever holds a key, a model id or a scope.
+//! Metric names of the embedding caches. Label `tier` is `memory`, `disk` or `shared`. No
+//! label ever holds a key, a model id or a scope.
 
 use ::metrics::{Counter, Histogram};
 
@@ -31,6 +31,7 @@ pub const COMPUTE_DURATION_BUCKETS: [f64; 12] = [
 
 /// Registers descriptions of the embedding metrics with the installed recorder.
 pub fn describe() {
+    describe_fleet();
     use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(HITS, "Embedding-cache lookups that hit, by tier");
     describe_counter!(MISSES, "Embedding-cache lookups that missed, by tier");
@@ -80,5 +81,83 @@ impl Handles {
         ::metrics::counter!(COMPUTES, "outcome" => outcome).increment(1);
         let h: Histogram = ::metrics::histogram!(COMPUTE_DURATION, "outcome" => outcome);
         h.record(seconds);
+    }
+}
+
+/// Bytes read from a fleet tier in values that verified; label `tier` (`disk`, `shared`).
+pub const READ_BYTES: &str = "mmcache_embedding_cache_read_bytes_total";
+/// Bytes of values written to a fleet tier; label `tier`.
+pub const WRITTEN_BYTES: &str = "mmcache_embedding_cache_written_bytes_total";
+/// Values written to a fleet tier; labels `tier`, `outcome` (`ok`, `error`).
+pub const WRITES: &str = "mmcache_embedding_cache_writes_total";
+/// Values refused on read and deleted from their tier; labels `tier`, `reason` (`truncated`,
+/// `corrupt`, `foreign`, `other_key`, `oversized`).
+pub const DELETED: &str = "mmcache_embedding_cache_deleted_total";
+/// Computed values not written to the fleet tiers; label `reason` (`oversized`,
+/// `unencodable`).
+pub const FLEET_NOT_STORED: &str = "mmcache_embedding_fleet_not_stored_total";
+/// Lease attempts on a shared miss; label `outcome` (`won`, `held`, `unavailable`).
+pub const LEASES: &str = "mmcache_embedding_lease_total";
+/// How the waits for another process's compute ended; label `outcome` (`hit`: its value
+/// came, the fleet's coalesced join; `took_over`: its lease expired and this process
+/// computes; `timed_out`; `unavailable`).
+pub const LEASE_WAITS: &str = "mmcache_embedding_lease_waits_total";
+
+/// Registers descriptions of the fleet-tier metrics.
+pub fn describe_fleet() {
+    use ::metrics::{Unit, describe_counter};
+    describe_counter!(
+        READ_BYTES,
+        Unit::Bytes,
+        "Embedding bytes read from a fleet tier"
+    );
+    describe_counter!(
+        WRITTEN_BYTES,
+        Unit::Bytes,
+        "Embedding bytes written to a fleet tier"
+    );
+    describe_counter!(WRITES, "Embedding values written to a fleet tier");
+    describe_counter!(DELETED, "Bad embedding values deleted from a fleet tier");
+    describe_counter!(
+        FLEET_NOT_STORED,
+        "Embeddings not written to the fleet tiers"
+    );
+    describe_counter!(LEASES, "Embedding lease attempts, by outcome");
+    describe_counter!(LEASE_WAITS, "Waits for another process's embedding compute");
+}
+
+/// Fleet-tier counters (labels are fixed sets: resolved per call, cheaply).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetMetrics;
+
+impl FleetMetrics {
+    pub(crate) fn new() -> Self {
+        Self
+    }
+    pub(crate) fn hit(&self, tier: &'static str, bytes: usize) {
+        ::metrics::counter!(HITS, "tier" => tier).increment(1);
+        ::metrics::counter!(READ_BYTES, "tier" => tier).increment(bytes as u64);
+    }
+    pub(crate) fn miss(&self, tier: &'static str) {
+        ::metrics::counter!(MISSES, "tier" => tier).increment(1);
+    }
+    pub(crate) fn written(&self, tier: &'static str, bytes: usize) {
+        ::metrics::counter!(WRITES, "tier" => tier, "outcome" => "ok").increment(1);
+        ::metrics::counter!(WRITTEN_BYTES, "tier" => tier).increment(bytes as u64);
+    }
+    pub(crate) fn write_failed(&self, tier: &'static str) {
+        ::metrics::counter!(WRITES, "tier" => tier, "outcome" => "error").increment(1);
+    }
+    pub(crate) fn deleted(&self, tier: &'static str, reason: &'static str) {
+        ::metrics::counter!(DELETED, "tier" => tier, "reason" => reason).increment(1);
+    }
+    pub(crate) fn not_stored(&self, reason: &'static str) {
+        ::metrics::counter!(FLEET_NOT_STORED, "reason" => reason).increment(1);
+    }
+    pub(crate) fn lease(&self, outcome: &'static str) {
+        ::metrics::counter!(LEASES, "outcome" => outcome).increment(1);
+    }
+    pub(crate) fn lease_wait(&self, outcome: &'static str) {
+        ::metrics::counter!(LEASE_WAITS, "outcome" => outcome).increment(1);
     }
 }

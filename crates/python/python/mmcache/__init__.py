@@ -19,6 +19,7 @@ import numpy
 
 from . import _native, errors
 from ._native import Pixels, __version__, metrics_text, scope_from_headers
+from .embeddings import ContentKey, Embedding, Embeddings, content_key
 from .errors import (
     BatchError,
     BodyTooLargeError,
@@ -27,8 +28,14 @@ from .errors import (
     DecodeBusyError,
     DownloadBudgetError,
     DownloadBusyError,
+    EmbeddingComputeError,
+    EmbeddingDeviceError,
+    EmbeddingError,
+    EmbeddingTooLargeError,
+    EmbeddingTypeError,
     EmptyBodyError,
     ImageTooLargeError,
+    InvalidEmbeddingError,
     InvalidDataUrlError,
     LoadTimeoutError,
     MmcacheError,
@@ -45,12 +52,21 @@ __all__ = [
     "BodyTooLargeError",
     "BusyError",
     "ConfigError",
+    "ContentKey",
     "DecodeBusyError",
     "DownloadBudgetError",
     "DownloadBusyError",
+    "Embedding",
+    "EmbeddingComputeError",
+    "EmbeddingDeviceError",
+    "EmbeddingError",
+    "EmbeddingTooLargeError",
+    "EmbeddingTypeError",
+    "Embeddings",
     "EmptyBodyError",
     "ImageTooLargeError",
     "InvalidDataUrlError",
+    "InvalidEmbeddingError",
     "LoadTimeoutError",
     "Loader",
     "MmcacheError",
@@ -62,6 +78,7 @@ __all__ = [
     "UnsupportedImageError",
     "UrlPolicyError",
     "__version__",
+    "content_key",
     "errors",
     "metrics_text",
     "scope_from_headers",
@@ -82,8 +99,8 @@ class Loader(_native.Loader):
     ``disk_cache_ttl_secs``, ``decoded_cache_bytes``, ``decoded_cache_entries``,
     ``max_pixels``, ``image_formats`` (``"jpeg,png,webp"`` or a list), ``decode_memory_bytes``,
     ``decode_concurrency``, ``decode_wait_secs``,
-    ``origin_timeout_secs``, ``origin_connect_timeout_secs``. A bad value raises
-    :class:`ConfigError` (a ``ValueError``) naming it.
+    ``origin_timeout_secs``, ``origin_connect_timeout_secs``, ``embedding_cache_bytes``.
+    A bad value raises :class:`ConfigError` (a ``ValueError``) naming it.
 
     Loads return a read-only ``numpy.ndarray`` of shape (H, W, 3), dtype uint8, viewing the
     decoded pixels without a copy (a cache hit shares the cached pixels). Failures raise a
@@ -114,6 +131,12 @@ class Loader(_native.Loader):
         origin status, else the first URL-policy error, else the only error, else a
         :class:`BatchError` listing ``(index, error)`` for each."""
         return await super().load_batch(urls, scope)
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedding caches: ``await loader.embeddings.get_or_compute(key, compute,
+        model=...)`` (see :mod:`mmcache.embeddings`)."""
+        return Embeddings(super().embeddings)
 
     async def flush_async(self, timeout_secs: float = 5.0) -> bool:
         """Waits up to ``timeout_secs`` for queued shared-cache writes; whether all landed."""

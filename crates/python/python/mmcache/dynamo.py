@@ -348,3 +348,4 @@ def _close(coroutines: list[Any]) -> None:
     """Closes coroutines that will never be awaited (no 'never awaited' warnings)."""
     for c in coroutines:
         c.close()
+from .dynamo_embeddings import CachedEmbedding, EmbeddingCache  # noqa: E402,F401  (embeddings)

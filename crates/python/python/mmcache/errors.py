@@ -94,3 +94,30 @@ class BatchError(MmcacheError):
     """Several loads of a batch failed; ``failures`` lists ``(index, error)``."""
 
     failures: list[tuple[int, MmcacheError]]
+
+
+class EmbeddingError(MmcacheError):
+    """An embedding call failed (``loader.embeddings``); a compute's own exception is raised
+    as it is, not wrapped."""
+
+
+class EmbeddingTypeError(EmbeddingError, TypeError):
+    """A key or model is not a string, ``compute`` is not an async callable, or it returned
+    something that is neither an array nor ``(array, metadata bytes)``."""
+
+
+class InvalidEmbeddingError(EmbeddingError, ValueError):
+    """The array has an unsupported dtype (not float32, float16 or bfloat16), is not
+    C-contiguous, or its shape is invalid."""
+
+
+class EmbeddingDeviceError(InvalidEmbeddingError):
+    """The tensor is not in host memory (a GPU tensor): move it with ``tensor.cpu()``."""
+
+
+class EmbeddingTooLargeError(EmbeddingError, TooLargeError):
+    """The metadata is over its 64 KiB cap: 413."""
+
+
+class EmbeddingComputeError(EmbeddingError):
+    """The compute task panicked or was cancelled by a runtime shutdown (not cached)."""

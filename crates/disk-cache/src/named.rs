@@ -1,0 +1,60 @@
+//! Entries under names of the caller's own, for values other than images (embeddings): the
+//! same files, budget, sweep, locks and bounds as image entries, named by a 32-byte digest
+//! the caller derives in a key space of its own (so it never equals an image's SHA-256).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::{DiskCache, Fill, FillLock};
+
+/// The name of an entry: a 32-byte digest, stored as 64 lowercase hex digits like image
+/// entries (`v1/<aa>/<digest>`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EntryName(String);
+
+impl EntryName {
+    /// The name of `digest`.
+    pub fn from_digest(digest: &[u8; 32]) -> Self {
+        use std::fmt::Write;
+        let mut hex = String::with_capacity(64);
+        for b in digest {
+            let _ = write!(hex, "{b:02x}");
+        }
+        Self(hex)
+    }
+
+    /// The 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl DiskCache {
+    /// The file of the entry named `name`.
+    pub fn path_of_named(&self, name: &EntryName) -> std::path::PathBuf {
+        let dir = &self.inner.config.dir;
+        dir.join("v1").join(&name.0[..2]).join(&name.0)
+    }
+
+    /// The entry named `name` ([`DiskCache::get`] for a name of the caller's own).
+    pub async fn get_named(&self, name: &EntryName) -> Option<Bytes> {
+        self.get_digest(name.0.clone()).await
+    }
+
+    /// Stores `bytes` under `name` ([`DiskCache::put_locked`]: the holder's fill `lock`, if
+    /// any, is held until the write has really returned).
+    pub async fn put_named(&self, name: &EntryName, bytes: Bytes, lock: Option<FillLock>) {
+        self.put_digest(name.0.clone(), bytes, lock).await;
+    }
+
+    /// Removes the entry named `name` ([`DiskCache::remove`]).
+    pub async fn remove_named(&self, name: &EntryName) {
+        self.remove_digest(name.0.clone()).await;
+    }
+
+    /// Takes the fill lock of `name` ([`DiskCache::lock`]).
+    pub async fn lock_named(&self, name: &EntryName, wait: Duration) -> Fill {
+        self.lock_digest(name.0.clone(), wait).await
+    }
+}

@@ -1,0 +1,315 @@
+//! Embeddings through the fleet tiers: a real directory for the disk tier, a real 3-master
+//! Redis Cluster for the shared cache. Bad values (truncated, corrupt, another key's,
+//! oversized, a missing chunk) are deleted and recomputed, never returned.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mmcache_loader::embeddings::{
+    DType, Embedding, EmbeddingKeyInput, EmbeddingSource, disk_entry_name, shared_key,
+};
+use mmcache_loader::{Loader, LoaderBuilder, scope::Scope};
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+
+const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
+
+fn cluster() -> RedisCluster {
+    RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster")
+}
+
+/// Keys matching `pattern` on every master (`KEYS` answers for one node only).
+fn all_keys(c: &RedisCluster, pattern: &str) -> Vec<String> {
+    (0..3)
+        .flat_map(|i| {
+            let out = c.cli(i, &["KEYS", pattern]).expect("KEYS");
+            out.lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("mmcache-embf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// One 1024 px image in Qwen2.5-VL-7B: about 1300 tokens x 3584 x bf16 = 9.3 MB.
+fn big() -> Embedding {
+    let n = 1300 * 3584;
+    let bits: Vec<u16> = (0..n).map(|i| (i % 65_000) as u16).collect();
+    Embedding::from_u16_bits(DType::BF16, vec![1300, 3584], bits).unwrap()
+}
+
+fn small() -> Embedding {
+    Embedding::from_f32(vec![4, 8], (0..32).map(|i| i as f32).collect()).unwrap()
+}
+
+/// `get_or_compute` of `key` with a compute that counts itself and returns `value`.
+async fn get(
+    loader: &Loader,
+    key: &str,
+    value: Embedding,
+    computes: &Arc<AtomicUsize>,
+) -> (Embedding, EmbeddingSource) {
+    let c = computes.clone();
+    let got = loader
+        .embeddings()
+        .get_or_compute(
+            &EmbeddingKeyInput::caller(key),
+            MODEL,
+            None,
+            move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(value)
+            },
+        )
+        .await
+        .expect("embedding");
+    (got.embedding, got.source)
+}
+
+fn with_cluster(c: &RedisCluster) -> LoaderBuilder {
+    Loader::builder().shared_cache_url(c.url())
+}
+
+async fn settled(loader: Loader) {
+    assert!(
+        loader.shutdown(Duration::from_secs(20)).await,
+        "writes drained"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_tier_serves_other_loaders_and_replaces_a_corrupt_entry() {
+    let dir = scratch("disk");
+    let n = Arc::new(AtomicUsize::new(0));
+    let a = Loader::builder().disk_cache_dir(&dir).build().unwrap();
+    assert_eq!(get(&a, "k", small(), &n).await.1, EmbeddingSource::Computed);
+    settled(a).await;
+    let b = Loader::builder().disk_cache_dir(&dir).build().unwrap();
+    let (e, source) = get(&b, "k", big(), &n).await;
+    assert_eq!(
+        (source, n.load(Ordering::SeqCst)),
+        (EmbeddingSource::Disk, 1)
+    );
+    assert_eq!(e, small());
+    // Flip one byte of the file: the entry is refused, removed, and computed again.
+    let key = b
+        .embeddings()
+        .key(&EmbeddingKeyInput::caller("k"), MODEL, None)
+        .unwrap();
+    let path = b
+        .disk_cache()
+        .unwrap()
+        .path_of_named(&disk_entry_name(&key));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    // Truncated too, in another entry.
+    let c = Loader::builder().disk_cache_dir(&dir).build().unwrap();
+    let (e, source) = get(&c, "k", small(), &n).await;
+    assert_eq!(
+        (source, n.load(Ordering::SeqCst)),
+        (EmbeddingSource::Computed, 2)
+    );
+    assert_eq!(e, small());
+    settled(c).await;
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    std::fs::write(&path, &std::fs::read(&path).unwrap()[..len - 1]).unwrap();
+    let d = Loader::builder().disk_cache_dir(&dir).build().unwrap();
+    assert_eq!(get(&d, "k", small(), &n).await.1, EmbeddingSource::Computed);
+    assert_eq!(n.load(Ordering::SeqCst), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
+    let cluster = cluster();
+    let n = Arc::new(AtomicUsize::new(0));
+    let a = with_cluster(&cluster).build().unwrap();
+    assert_eq!(get(&a, "big", big(), &n).await.1, EmbeddingSource::Computed);
+    settled(a).await;
+    let key = {
+        let l = with_cluster(&cluster).build().unwrap();
+        l.embeddings()
+            .key(&EmbeddingKeyInput::caller("big"), MODEL, None)
+            .unwrap()
+    };
+    let manifest = cluster
+        .get_raw(&shared_key(&key))
+        .unwrap()
+        .expect("manifest");
+    assert!(manifest.starts_with(b"MMCC") && manifest.len() == 128);
+    // 9.3 MB in 2 MiB chunks: 5 chunks, on more than one master.
+    let mut chunks = Vec::new();
+    let mut masters = 0;
+    for i in 0..3 {
+        let keys = cluster.cli(i, &["KEYS", "mmcache:emb:v1:*:chunk"]).unwrap();
+        let keys: Vec<String> = keys
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        masters += usize::from(!keys.is_empty());
+        chunks.extend(keys);
+    }
+    assert_eq!(chunks.len(), 5, "{chunks:?}");
+    assert!(masters >= 2, "chunks all on one master");
+    let nothing = all_keys(&cluster, "dynamo:mm:image:*");
+    assert!(nothing.is_empty(), "image key space touched: {nothing:?}");
+    let b = with_cluster(&cluster).build().unwrap();
+    let (e, source) = get(&b, "big", small(), &n).await;
+    assert_eq!(
+        (source, n.load(Ordering::SeqCst)),
+        (EmbeddingSource::Shared, 1)
+    );
+    assert_eq!(e, big());
+    // A missing chunk: miss, manifest deleted, computed again (and written again).
+    cluster.cli_cluster(&["DEL", &chunks[2]]).unwrap();
+    let c = with_cluster(&cluster).build().unwrap();
+    let (e, source) = get(&c, "big", big(), &n).await;
+    assert_eq!(
+        (source, n.load(Ordering::SeqCst)),
+        (EmbeddingSource::Computed, 2)
+    );
+    assert_eq!(e, big());
+    settled(c).await;
+    let d = with_cluster(&cluster).build().unwrap();
+    assert_eq!(get(&d, "big", small(), &n).await.1, EmbeddingSource::Shared);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_corrupt_and_oversized_shared_values_are_deleted_and_recomputed() {
+    let cluster = cluster();
+    let n = Arc::new(AtomicUsize::new(0));
+    let a = with_cluster(&cluster).build().unwrap();
+    get(&a, "x", small(), &n).await;
+    settled(a).await;
+    let l = with_cluster(&cluster).build().unwrap();
+    let key = |k: &str| {
+        let key = l
+            .embeddings()
+            .key(&EmbeddingKeyInput::caller(k), MODEL, None)
+            .unwrap();
+        shared_key(&key)
+    };
+    let x = cluster.get_raw(&key("x")).unwrap().expect("value of x");
+    // Another key's valid value under y; a corrupt copy under z; a PNG under w.
+    cluster.set_raw(&key("y"), &x, None).unwrap();
+    let mut bad = x.clone();
+    bad[60] ^= 1;
+    cluster.set_raw(&key("z"), &bad, None).unwrap();
+    cluster
+        .set_raw(&key("w"), b"\x89PNG\r\n\x1a\n0000", None)
+        .unwrap();
+    let other = Embedding::from_f32(vec![1], vec![7.0]).unwrap();
+    for k in ["y", "z", "w"] {
+        let before = n.load(Ordering::SeqCst);
+        let (e, source) = get(&l, k, other.clone(), &n).await;
+        assert_eq!((k, source), (k, EmbeddingSource::Computed));
+        assert_eq!(e, other);
+        assert_eq!(n.load(Ordering::SeqCst), before + 1);
+    }
+    assert!(l.clone().shutdown(Duration::from_secs(20)).await);
+    // Each bad value was deleted, then replaced by the recomputed one.
+    let m = with_cluster(&cluster).build().unwrap();
+    for k in ["y", "z", "w"] {
+        assert_eq!(
+            get(&m, k, small(), &n).await,
+            (other.clone(), EmbeddingSource::Shared)
+        );
+    }
+    // Over this worker's cap: refused before it is read whole, deleted.
+    let tight = with_cluster(&cluster)
+        .embedding_max_value_bytes(64)
+        .embedding_chunk_bytes(64)
+        .build()
+        .unwrap();
+    assert_eq!(
+        get(&tight, "x", other.clone(), &n).await.1,
+        EmbeddingSource::Computed
+    );
+    assert_eq!(cluster.get_raw(&key("x")).unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_mode_without_a_scope_stores_nothing_and_scopes_never_share() {
+    let cluster = cluster();
+    let dir = scratch("scoped");
+    let n = Arc::new(AtomicUsize::new(0));
+    let l = with_cluster(&cluster)
+        .disk_cache_dir(&dir)
+        .session_scoped(true)
+        .build()
+        .unwrap();
+    let c = n.clone();
+    let got = l
+        .embeddings()
+        .get_or_compute(
+            &EmbeddingKeyInput::caller("k"),
+            MODEL,
+            None,
+            move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(small())
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.source, EmbeddingSource::Computed);
+    let s1 = Scope::new("tenant-1").unwrap();
+    let c = n.clone();
+    l.embeddings()
+        .get_or_compute(
+            &EmbeddingKeyInput::caller("k"),
+            MODEL,
+            Some(&s1),
+            move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(small())
+            },
+        )
+        .await
+        .unwrap();
+    settled(l).await;
+    let keys = all_keys(&cluster, "mmcache:emb:v1:*");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let other = with_cluster(&cluster).session_scoped(true).build().unwrap();
+    let s2 = Scope::new("tenant-2").unwrap();
+    let c = n.clone();
+    let got = other
+        .embeddings()
+        .get_or_compute(
+            &EmbeddingKeyInput::caller("k"),
+            MODEL,
+            Some(&s2),
+            move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(small())
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.source, EmbeddingSource::Computed);
+    assert_eq!(n.load(Ordering::SeqCst), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_off_switch_keeps_embeddings_in_memory() {
+    let cluster = cluster();
+    let n = Arc::new(AtomicUsize::new(0));
+    let l = with_cluster(&cluster)
+        .embedding_fleet(false)
+        .build()
+        .unwrap();
+    get(&l, "k", small(), &n).await;
+    settled(l).await;
+    let keys = all_keys(&cluster, "mmcache:emb:*");
+    assert!(keys.is_empty(), "{keys:?}");
+}

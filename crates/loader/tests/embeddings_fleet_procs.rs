@@ -1,0 +1,305 @@
+//! Cross-process proofs of the embedding fleet tiers, with real OS processes: this binary
+//! (harness off) is both the test and the worker it starts. A worker builds its loader from
+//! the environment (default settings but for the tiers under test), waits at a file barrier
+//! so that every worker calls at once, and runs `get_or_compute` with a counted compute (it
+//! appends a line to a shared file, then sleeps as a vision encoder would).
+//!
+//! - 2 processes sharing a disk directory (no Redis) → 1 compute.
+//! - 4 processes on a real 3-master Redis Cluster with the lease on → 1 compute.
+//! - The same, the lease holder SIGKILLed mid-compute → another process computes, and no
+//!   process waits past the lease TTL.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use mmcache_loader::Loader;
+use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput};
+use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+
+const WORKER: &str = "MMCACHE_TEST_EMB_WORKER";
+const DIR: &str = "MMCACHE_TEST_EMB_DIR";
+const COMPUTE_MS: &str = "MMCACHE_TEST_EMB_COMPUTE_MS";
+const KEY: &str = "MMCACHE_TEST_EMB_KEY";
+const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
+/// The default lease TTL (`MMCACHE_SHARED_IMAGE_CACHE_LEASE_TTL_MS`).
+const LEASE_TTL: Duration = Duration::from_secs(5);
+/// Bound on any one worker's life: far past what a pass needs.
+const WORKER_LIMIT: Duration = Duration::from_secs(60);
+
+/// One proof.
+type Test = fn() -> Result<()>;
+
+fn main() -> Result<()> {
+    if std::env::var_os(WORKER).is_some() {
+        return worker();
+    }
+    let tests: [(&str, Test); 3] = [
+        (
+            "two_processes_sharing_a_disk_directory_compute_once",
+            disk_two,
+        ),
+        ("four_processes_on_a_cluster_compute_once", cluster_four),
+        (
+            "a_killed_lease_holder_is_replaced_at_the_ttl",
+            killed_holder,
+        ),
+    ];
+    let mut failed = 0;
+    for (name, test) in tests {
+        let started = Instant::now();
+        match test() {
+            Ok(()) => println!("test {name} ... ok ({:.1?})", started.elapsed()),
+            Err(e) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {e:#}");
+            }
+        }
+    }
+    ensure!(failed == 0, "{failed} of {} failed", tests.len());
+    println!("test result: ok. {} passed", tests.len());
+    Ok(())
+}
+
+/// One worker: barrier, `get_or_compute`, report.
+fn worker() -> Result<()> {
+    let dir = PathBuf::from(std::env::var(DIR)?);
+    let compute_ms: u64 = std::env::var(COMPUTE_MS)?.parse()?;
+    let key = std::env::var(KEY)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let loader = Loader::from_env()?;
+        if let Some(shared) = loader.shared_cache() {
+            shared.connect().await;
+        }
+        write_line(&dir.join("ready"), &std::process::id().to_string())?;
+        let go = dir.join("go");
+        let until = Instant::now() + WORKER_LIMIT;
+        while !go.exists() {
+            ensure!(Instant::now() < until, "barrier never opened");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let started = Instant::now();
+        let computes = dir.join("computes");
+        let compute = move || async move {
+            write_line(&computes, &std::process::id().to_string())?;
+            tokio::time::sleep(Duration::from_millis(compute_ms)).await;
+            Embedding::from_f32(vec![1300, 64], vec![0.25; 1300 * 64]).map_err(anyhow::Error::from)
+        };
+        let got = loader
+            .embeddings()
+            .get_or_compute(&EmbeddingKeyInput::caller(key), MODEL, None, compute)
+            .await?;
+        ensure!(
+            got.embedding
+                .as_f32()
+                .is_some_and(|v| v.iter().all(|&x| x == 0.25))
+        );
+        println!(
+            "source={} elapsed_ms={}",
+            got.source.as_str(),
+            started.elapsed().as_millis()
+        );
+        loader.shutdown(Duration::from_secs(10)).await;
+        Ok(())
+    })
+}
+
+/// Appends one line (O_APPEND: lines of several processes never interleave).
+fn write_line(path: &Path, line: &str) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(format!("{line}\n").as_bytes())?;
+    Ok(())
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+struct Run {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `n` workers with `env`, waits until all are ready, then opens the barrier.
+fn start(name: &str, n: usize, compute_ms: u64, env: &[(&str, String)]) -> Result<Run> {
+    let dir = std::env::temp_dir().join(format!("mmcache-emb-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut run = Run {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    let exe = std::env::current_exe()?;
+    for _ in 0..n {
+        let mut cmd = Command::new(&exe);
+        cmd.env(WORKER, "1")
+            .env(DIR, &dir)
+            .env(COMPUTE_MS, compute_ms.to_string())
+            .env(KEY, format!("{name}-image"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run.children.push(cmd.spawn().context("start a worker")?);
+    }
+    let until = Instant::now() + WORKER_LIMIT;
+    while lines(&dir.join("ready")).len() < n {
+        ensure!(Instant::now() < until, "workers never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(dir.join("go"), b"")?;
+    Ok(run)
+}
+
+/// Waits for every worker still running; returns (pid, exit ok, stdout) of each.
+fn finish(run: &mut Run) -> Result<Vec<(u32, bool, String)>> {
+    let until = Instant::now() + WORKER_LIMIT;
+    let mut out = Vec::new();
+    for c in std::mem::take(&mut run.children) {
+        let pid = c.id();
+        let mut c = c;
+        while c.try_wait()?.is_none() {
+            if Instant::now() > until {
+                let _ = c.kill();
+                bail!("worker {pid} did not finish within {WORKER_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let o = c.wait_with_output()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.push((pid, o.status.success(), text));
+    }
+    Ok(out)
+}
+
+fn elapsed_ms(text: &str) -> Option<u64> {
+    text.split("elapsed_ms=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn disk_two() -> Result<()> {
+    let disk = std::env::temp_dir().join(format!("mmcache-emb-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&disk);
+    let env = [("MMCACHE_DISK_CACHE_DIR", disk.display().to_string())];
+    let mut run = start("disk", 2, 500, &env)?;
+    let done = finish(&mut run)?;
+    let computes = lines(&run.dir.join("computes"));
+    let _ = std::fs::remove_dir_all(&disk);
+    for (pid, ok, text) in &done {
+        ensure!(*ok, "worker {pid} failed: {text}");
+    }
+    ensure!(
+        computes.len() == 1,
+        "{} computes across 2 processes sharing a disk directory (want 1): {done:?}",
+        computes.len()
+    );
+    Ok(())
+}
+
+fn cluster_env(cluster: &RedisCluster) -> Vec<(&'static str, String)> {
+    vec![
+        ("DYN_MM_SHARED_IMAGE_CACHE_ENABLED", "1".into()),
+        ("DYN_MM_SHARED_IMAGE_CACHE_URL", cluster.url()),
+        ("MMCACHE_SHARED_IMAGE_CACHE_LEASE", "1".into()),
+    ]
+}
+
+fn cluster_four() -> Result<()> {
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    let mut run = start("cluster", 4, 500, &cluster_env(&cluster))?;
+    let done = finish(&mut run)?;
+    for (pid, ok, text) in &done {
+        ensure!(*ok, "worker {pid} failed: {text}");
+    }
+    let computes = lines(&run.dir.join("computes"));
+    ensure!(
+        computes.len() == 1,
+        "{} computes across 4 processes on one cluster (want 1): {done:?}",
+        computes.len()
+    );
+    let shared = done
+        .iter()
+        .filter(|d| d.2.contains("source=shared"))
+        .count();
+    ensure!(shared == 3, "3 processes should read the value: {done:?}");
+    Ok(())
+}
+
+fn killed_holder() -> Result<()> {
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    // The compute (2 s) is shorter than the lease TTL (5 s): a live holder would finish first.
+    let mut run = start("killed", 4, 2000, &cluster_env(&cluster))?;
+    let opened = Instant::now();
+    let computes = run.dir.join("computes");
+    let until = Instant::now() + WORKER_LIMIT;
+    let holder: u32 = loop {
+        if let Some(first) = lines(&computes).first() {
+            break first.parse()?;
+        }
+        ensure!(Instant::now() < until, "nobody computed");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let i = run
+        .children
+        .iter()
+        .position(|c| c.id() == holder)
+        .context("the holder is one of ours")?;
+    let mut c = run.children.remove(i);
+    let killed = c.kill(); // SIGKILL: no lease release, no cleanup
+    c.wait()?;
+    killed?;
+    let done = finish(&mut run)?;
+    let took = opened.elapsed();
+    for (pid, ok, text) in &done {
+        ensure!(*ok, "worker {pid} failed: {text}");
+    }
+    let all = lines(&computes);
+    ensure!(
+        all.len() == 2 && all[1] != all[0],
+        "after the holder died exactly one other process should compute: {all:?} {done:?}"
+    );
+    // A waiter takes over at the TTL and computes (2 s); the others read its value. Nobody
+    // waits for the value past the TTL: every survivor is done by TTL + compute + slack.
+    let bound = LEASE_TTL + Duration::from_secs(2) + Duration::from_secs(3);
+    for (pid, _, text) in &done {
+        let ms = elapsed_ms(text).context("worker reported its time")?;
+        ensure!(
+            Duration::from_millis(ms) < bound,
+            "worker {pid} took {ms} ms (bound {bound:?}): {text}"
+        );
+    }
+    ensure!(took < bound + Duration::from_secs(5), "run took {took:?}");
+    Ok(())
+}

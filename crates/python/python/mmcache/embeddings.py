@@ -1,0 +1,86 @@
+"""``loader.embeddings``: encoder outputs cached in Rust, computed once per key per process.
+
+>>> entry = await loader.embeddings.get_or_compute(uuid, encode, model=model_id)  # doctest: +SKIP
+>>> entry.array, entry.metadata, entry.source                                    # doctest: +SKIP
+
+``compute`` is an async callable returning a numpy array or a DLPack CPU tensor (torch),
+float32, float16 or bfloat16, C-contiguous; or ``(array, metadata bytes)``. It runs on the
+event loop of the call that starts it, as a task of its own: concurrent callers (any loop,
+any thread) join it, and cancelling any of them cancels nothing. Its exception reaches every
+waiter as the same object and is not cached. See docs/embeddings.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import _native
+from ._native import Embedding
+
+__all__ = ["ContentKey", "Embedding", "Embeddings", "content_key"]
+
+
+class Embeddings:
+    """The embedding caches of one loader (``loader.embeddings``)."""
+
+    def __init__(self, native: _native.Embeddings) -> None:
+        self._native = native
+
+    async def get_or_compute(
+        self,
+        key: str,
+        compute: Callable[[], Awaitable[Any]],
+        *,
+        model: str,
+        scope: str | None = None,
+    ) -> Embedding:
+        """The cached embedding of ``key`` under ``model`` (within ``scope`` when session
+        scoping is on), else a compute of it in flight (joined), else ``await compute()``.
+        ``model`` names everything that changes the embedding (model, revision, processor
+        settings such as ``max_pixels``)."""
+        return await self._native.get_or_compute(key, compute, model=model, scope=scope)
+
+    async def get(self, key: str, *, model: str, scope: str | None = None) -> Embedding | None:
+        """The cached embedding of ``key`` under ``model``, or ``None``."""
+        return await self._native.get(key, model=model, scope=scope)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """``entries``, ``current_bytes`` (weighed), ``capacity_bytes`` and ``inflight`` now."""
+        return self._native.stats
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+class ContentKey(str):
+    """An image's content key: blake3 of its encoded bytes, 64 hex digits.
+
+    Used as an embedding key, it keys by content, exactly as Rust's
+    ``EmbeddingKeyInput::content`` does: one image under two URLs gets one embedding, and Rust
+    and Python workers share it. Get one from :func:`content_key`.
+    """
+
+    __slots__ = ()
+    __mmcache_content_key__ = True
+
+
+def content_key(image: Any) -> ContentKey:
+    """The content key of an image array a load returned (or of its ``Pixels`` owner).
+
+    It is read from the array's owner, taken once when the encoded bytes arrived, never
+    recomputed; an array that is not (a view of) a loaded image raises ``TypeError``.
+    """
+    owner = image
+    # numpy views keep their source as `.base`: follow the chain to our owner.
+    for _ in range(64):
+        if isinstance(owner, _native.Pixels):
+            return ContentKey(owner.content_key)
+        owner = getattr(owner, "base", None)
+        if owner is None:
+            break
+    raise TypeError(
+        "content_key() takes an image array returned by an mmcache load (or a view of one); "
+        f"got {type(image).__name__}, which no load returned"
+    )

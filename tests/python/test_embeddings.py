@@ -1,0 +1,425 @@
+"""loader.embeddings from Python: once per key, joins, cancellation, errors, no-copy views."""
+
+from __future__ import annotations
+
+import asyncio
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mmcache
+from mmcache import errors
+
+MODEL = "test-model@max_pixels=1003520"
+
+
+def ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+class Counter:
+    """An async compute that counts its runs, optionally gated by an event."""
+
+    def __init__(self, value, gate: asyncio.Event | None = None, fail: BaseException | None = None):
+        self.value, self.gate, self.fail, self.runs = value, gate, fail, 0
+        self.loop = None
+
+    async def __call__(self):
+        self.runs += 1
+        self.loop = asyncio.get_running_loop()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return self.value
+
+
+def test_compute_once_then_memory_hit_without_copy():
+    loader = mmcache.Loader()
+    value = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    async def main():
+        compute = Counter(value)
+        first = await loader.embeddings.get_or_compute("k", compute, model=MODEL)
+        again = await loader.embeddings.get_or_compute("k", compute, model=MODEL)
+        got = await loader.embeddings.get("k", model=MODEL)
+        other = await loader.embeddings.get("k", model="another-model")
+        return compute, first, again, got, other
+
+    compute, first, again, got, other = run(main())
+    assert compute.runs == 1
+    assert (first.source, again.source, got.source) == ("computed", "memory", "memory")
+    assert other is None
+    np.testing.assert_array_equal(got.array, value)
+    assert got.array.dtype == np.float32 and got.array.shape == (3, 4)
+    assert not got.array.flags.writeable
+    # One cached allocation: every view points at it (and not at the compute's array).
+    assert ptr(first.array) == ptr(again.array) == ptr(got.array)
+    assert ptr(got.array) != ptr(value)
+    assert got.metadata is None and got.dtype == "float32" and got.shape == (3, 4)
+
+
+def test_concurrent_callers_join_one_compute_on_the_callers_loop():
+    loader = mmcache.Loader()
+
+    async def main():
+        gate = asyncio.Event()
+        compute = Counter(np.ones(8, dtype=np.float16), gate)
+        tasks = [
+            asyncio.create_task(loader.embeddings.get_or_compute("j", compute, model=MODEL))
+            for _ in range(5)
+        ]
+        for _ in range(200):  # bounded: until the compute started
+            if compute.runs:
+                break
+            await asyncio.sleep(0.01)
+        gate.set()
+        results = await asyncio.gather(*tasks)
+        return compute, results, asyncio.get_running_loop()
+
+    compute, results, loop = run(main())
+    assert compute.runs == 1
+    assert compute.loop is loop
+    assert sorted(r.source for r in results) == ["computed"] + ["inflight"] * 4
+    assert len({ptr(r.array) for r in results}) == 1
+
+
+def test_cancelling_the_first_caller_cancels_nothing():
+    loader = mmcache.Loader()
+
+    async def main():
+        gate = asyncio.Event()
+        compute = Counter(np.zeros((2, 2), dtype=np.float32), gate)
+        first = asyncio.create_task(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+        for _ in range(200):
+            if compute.runs:
+                break
+            await asyncio.sleep(0.01)
+        second = asyncio.create_task(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        gate.set()
+        joined = await second
+        cached = await loader.embeddings.get("c", model=MODEL)
+        return compute, joined, cached
+
+    compute, joined, cached = run(main())
+    assert compute.runs == 1
+    assert joined.source == "inflight"
+    assert cached is not None and cached.source == "memory"
+
+
+def test_an_exception_reaches_every_waiter_and_is_not_cached():
+    loader = mmcache.Loader()
+
+    class EncoderDown(RuntimeError):
+        pass
+
+    async def main():
+        gate = asyncio.Event()
+        failing = Counter(None, gate, fail=EncoderDown("gpu fell off"))
+        tasks = [
+            asyncio.create_task(loader.embeddings.get_or_compute("e", failing, model=MODEL))
+            for _ in range(3)
+        ]
+        for _ in range(200):
+            if failing.runs:
+                break
+            await asyncio.sleep(0.01)
+        gate.set()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert await loader.embeddings.get("e", model=MODEL) is None
+        retry = Counter(np.ones(4, dtype=np.float32))
+        fresh = await loader.embeddings.get_or_compute("e", retry, model=MODEL)
+        return failing, outcomes, retry, fresh
+
+    failing, outcomes, retry, fresh = run(main())
+    assert failing.runs == 1
+    assert all(isinstance(o, EncoderDown) and str(o) == "gpu fell off" for o in outcomes)
+    assert retry.runs == 1 and fresh.source == "computed"
+
+
+def test_metadata_round_trips_and_is_capped():
+    loader = mmcache.Loader()
+
+    async def main():
+        meta = b'{"image_grid_thw":[[1,36,52]]}'
+        arr = np.ones((3, 2), dtype=np.float32)
+        first = await loader.embeddings.get_or_compute(
+            "m", lambda: Counter((arr, meta))(), model=MODEL
+        )
+        hit = await loader.embeddings.get("m", model=MODEL)
+        with pytest.raises(errors.EmbeddingTooLargeError) as too_big:
+            await loader.embeddings.get_or_compute(
+                "m2", Counter((arr, b"x" * (64 * 1024 + 1))), model=MODEL
+            )
+        with pytest.raises(errors.EmbeddingTypeError):
+            await loader.embeddings.get_or_compute("m3", Counter((arr, "text")), model=MODEL)
+        return meta, first, hit, too_big.value
+
+    meta, first, hit, too_big = run(main())
+    assert first.metadata == meta and hit.metadata == meta
+    assert too_big.http_status == 413 and "cap" in str(too_big)
+
+
+def test_bfloat16_round_trips_through_ml_dtypes_without_a_copy():
+    loader = mmcache.Loader()
+    value = np.array([[1.5, -2.0], [0.25, 3.0]], dtype=ml_dtypes.bfloat16)
+
+    async def main():
+        await loader.embeddings.get_or_compute("b", Counter(value), model=MODEL)
+        return await loader.embeddings.get("b", model=MODEL), await loader.embeddings.get(
+            "b", model=MODEL
+        )
+
+    a, b = run(main())
+    assert a.dtype == "bfloat16" and a.array.dtype == ml_dtypes.bfloat16
+    assert a.array.tobytes() == value.tobytes()
+    assert ptr(a.array) == ptr(b.array)
+    assert not a.array.flags.writeable
+
+
+class DLPackOnly:
+    """A tensor known only by the DLPack protocol (as torch's), backed by a numpy array."""
+
+    def __init__(self, array, device=(1, 0)):
+        self.array, self.device = array, device
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_dlpack_tensors_in_and_out():
+    loader = mmcache.Loader()
+    value = np.linspace(0, 1, 24, dtype=np.float32).reshape(2, 3, 4)
+
+    async def main():
+        await loader.embeddings.get_or_compute("d", Counter(DLPackOnly(value)), model=MODEL)
+        return await loader.embeddings.get("d", model=MODEL)
+
+    got = run(main())
+    np.testing.assert_array_equal(got.array, value)
+    assert got.__dlpack_device__() == (1, 0)
+    viewed = np.from_dlpack(got)
+    assert ptr(viewed) == ptr(got.array)
+    np.testing.assert_array_equal(viewed, value)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (DLPackOnly(np.ones(4, np.float32), device=(2, 0)), errors.EmbeddingDeviceError, "CPU"),
+        (np.ones(4, dtype=np.float64), errors.InvalidEmbeddingError, "float64"),
+        (np.ones(4, dtype=np.int32), errors.InvalidEmbeddingError, "int32"),
+        (np.ones(4, dtype=">f4"), errors.InvalidEmbeddingError, "byte order"),
+        (np.ones((4, 4), dtype=np.float32)[:, ::2], errors.InvalidEmbeddingError, "contiguous"),
+        (DLPackOnly(np.ones((4, 4), np.float32)[:, ::2]), errors.InvalidEmbeddingError, "contiguous"),
+        (DLPackOnly(np.ones(4, np.int16)), errors.InvalidEmbeddingError, "dtype"),
+        ([1.0, 2.0], errors.EmbeddingTypeError, "numpy array"),
+        ("not an array", errors.EmbeddingTypeError, "numpy array"),
+        ((np.ones(2, np.float32), b"", b""), errors.EmbeddingTypeError, "tuple"),
+    ],
+)
+def test_bad_compute_results_are_typed_errors_and_not_cached(bad, error, words):
+    loader = mmcache.Loader()
+
+    async def main():
+        compute = Counter(bad)
+        with pytest.raises(error) as raised:
+            await loader.embeddings.get_or_compute("x", compute, model=MODEL)
+        return raised.value, await loader.embeddings.get("x", model=MODEL)
+
+    raised, cached = run(main())
+    assert words in str(raised)
+    assert isinstance(raised, errors.EmbeddingError)
+    assert cached is None
+
+
+def test_bad_calls_are_typed_errors():
+    loader = mmcache.Loader()
+
+    async def main():
+        compute = Counter(np.ones(2, np.float32))
+        with pytest.raises(errors.EmbeddingTypeError, match="key must be a str"):
+            await loader.embeddings.get_or_compute(b"bytes-key", compute, model=MODEL)
+        with pytest.raises(errors.EmbeddingTypeError, match="model must be a str"):
+            await loader.embeddings.get("k", model=7)
+        with pytest.raises(errors.EmbeddingTypeError, match="async callable"):
+            await loader.embeddings.get_or_compute("k", lambda: np.ones(2, np.float32), model=MODEL)
+        with pytest.raises(errors.EmbeddingTypeError, match="async callable"):
+            await loader.embeddings.get_or_compute("k", "not callable", model=MODEL)
+        assert compute.runs == 0
+
+    run(main())
+    assert issubclass(errors.EmbeddingTypeError, TypeError)
+    assert issubclass(errors.InvalidEmbeddingError, ValueError)
+
+
+def test_scoped_mode_partitions_and_bypasses_without_scope():
+    loader = mmcache.Loader(session_scoped=True)
+
+    async def main():
+        compute = Counter(np.ones(2, np.float32))
+        a = await loader.embeddings.get_or_compute("s", compute, model=MODEL, scope="session-a")
+        a2 = await loader.embeddings.get_or_compute("s", compute, model=MODEL, scope="session-a")
+        b = await loader.embeddings.get_or_compute("s", compute, model=MODEL, scope="session-b")
+        none1 = await loader.embeddings.get_or_compute("s", compute, model=MODEL)
+        none2 = await loader.embeddings.get_or_compute("s", compute, model=MODEL, scope="  ")
+        return compute, [x.source for x in (a, a2, b, none1, none2)]
+
+    compute, sources = run(main())
+    assert sources == ["computed", "memory", "computed", "computed", "computed"]
+    assert compute.runs == 4
+
+
+def test_an_entry_over_the_budget_is_returned_not_stored():
+    loader = mmcache.Loader(embedding_cache_bytes=1024)
+
+    async def main():
+        big = np.ones(4096, dtype=np.float32)
+        got = await loader.embeddings.get_or_compute("big", Counter(big), model=MODEL)
+        return got, await loader.embeddings.get("big", model=MODEL)
+
+    got, cached = run(main())
+    assert got.source == "computed" and got.array.shape == (4096,)
+    assert cached is None
+    assert loader.embeddings.stats["entries"] == 0
+
+
+def test_a_caller_on_another_thread_and_loop_joins_the_compute():
+    import threading
+
+    loader = mmcache.Loader()
+    started, release = threading.Event(), threading.Event()
+    runs = []
+
+    async def compute():
+        runs.append(threading.get_ident())
+        started.set()
+        while not release.is_set():  # bounded by the 60 s wait_for of its caller
+            await asyncio.sleep(0.01)
+        return np.full(16, 3.0, dtype=np.float32)
+
+    results = {}
+
+    def coalesced() -> float:
+        for line in mmcache.metrics_text().splitlines():
+            if line.startswith("mmcache_embedding_coalesced_total"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = coalesced()
+
+    def other_thread():
+        assert started.wait(30)
+        results["other"] = run(loader.embeddings.get_or_compute("t", compute, model=MODEL))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+
+    async def main():
+        first = asyncio.create_task(loader.embeddings.get_or_compute("t", compute, model=MODEL))
+        for _ in range(3000):  # bounded (30 s): until the other thread's call has joined
+            if coalesced() > before:
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+        return await first
+
+    results["main"] = run(main())
+    thread.join(60)
+    assert not thread.is_alive()
+    assert runs == [threading.get_ident()]  # on the first caller's loop, once
+    assert results["main"].source == "computed"
+    assert results["other"].source == "inflight"
+    assert ptr(results["main"].array) == ptr(results["other"].array)
+
+
+def test_dlpack_export_is_versioned_read_only_and_covers_bfloat16():
+    import ctypes
+
+    loader = mmcache.Loader()
+    value = np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3)
+
+    async def main():
+        await loader.embeddings.get_or_compute("bx", Counter(value), model=MODEL)
+        return await loader.embeddings.get("bx", model=MODEL)
+
+    got = run(main())
+    with pytest.raises(BufferError, match="max_version"):
+        got.__dlpack__()  # a pre-1.0 consumer could not see the read-only flag
+    with pytest.raises(BufferError):
+        got.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    capsule = got.__dlpack__(max_version=(1, 0))
+    # Read DLManagedTensorVersioned as a consumer does (DLPack 1.0 ABI).
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    base = get_pointer(capsule, b"dltensor_versioned")
+    major, minor = ctypes.c_uint32.from_address(base).value, ctypes.c_uint32.from_address(base + 4).value
+    flags = ctypes.c_uint64.from_address(base + 24).value
+    data = ctypes.c_void_p.from_address(base + 32).value
+    device_type = ctypes.c_int32.from_address(base + 40).value
+    ndim = ctypes.c_int32.from_address(base + 48).value
+    code, bits = ctypes.c_uint8.from_address(base + 52).value, ctypes.c_uint8.from_address(base + 53).value
+    shape_ptr = ctypes.c_void_p.from_address(base + 56).value
+    shape = tuple(ctypes.c_int64.from_address(shape_ptr + 8 * i).value for i in range(ndim))
+    assert (major, minor) == (1, 0)
+    assert flags & 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    assert data == ptr(got.array)  # the cached bytes, no copy
+    assert (device_type, code, bits, shape) == (1, 4, 16, (2, 3))  # CPU, bfloat16
+    del capsule  # never consumed: its destructor frees the export (no leak, no crash)
+
+
+def test_a_cancelled_compute_is_an_error_for_the_waiters_not_their_cancellation():
+    import threading
+
+    loader = mmcache.Loader()
+    started = threading.Event()
+    joined = threading.Event()
+    results = {}
+
+    async def compute():
+        started.set()
+        await asyncio.sleep(60)  # cancelled long before: its loop ends below
+        return np.ones(4, dtype=np.float32)
+
+    def other_thread():
+        assert started.wait(30)
+
+        async def wait():
+            call = asyncio.ensure_future(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+            joined.set()
+            return await call
+
+        try:
+            results["other"] = run(wait())
+        except BaseException as e:  # noqa: BLE001 - the test inspects what was raised
+            results["other"] = e
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+
+    async def main():
+        task = asyncio.ensure_future(loader.embeddings.get_or_compute("c", compute, model=MODEL))
+        assert await asyncio.to_thread(joined.wait, 30)
+        await asyncio.sleep(0.2)  # the other caller has joined the compute
+        task.cancel()  # this caller leaves; asyncio.run then cancels the compute's task
+
+    asyncio.run(main())
+    thread.join(60)
+    assert not thread.is_alive()
+    raised = results["other"]
+    assert isinstance(raised, mmcache.EmbeddingComputeError), repr(raised)
+    assert not isinstance(raised, asyncio.CancelledError)
+    assert "cancelled" in str(raised)
