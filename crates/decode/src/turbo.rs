@@ -26,7 +26,8 @@ const TJERR_WARNING: c_int = 0;
 /// 2.1 ignore the flag: the probe counts scans itself (`jpeg::max_scans`).
 const TJFLAG_LIMITSCANS: c_int = 32768;
 
-/// The library names tried, in order, when no path is configured.
+/// The library names tried, in order, when no path is configured (and none is linked in).
+#[cfg(not(feature = "vendored-libjpeg-turbo"))]
 const NAMES: [&str; 4] = [
     "libturbojpeg.so.0",
     "libturbojpeg.so",
