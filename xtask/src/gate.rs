@@ -37,23 +37,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     ensure_prerequisites()?;
     let python = python_venv(VENV)?;
-    step(
-        "pip download --no-deps ai-dynamo==1.6.1",
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "-d",
-            DYNAMO_WHEEL_DIR,
-            "ai-dynamo==1.6.1",
-        ]),
-    )?;
-    let wheel = std::env::current_dir()?
-        .join(DYNAMO_WHEEL_DIR)
-        .join(DYNAMO_WHEEL);
+    let wheel = dynamo_wheel(&python)?;
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
@@ -102,6 +86,27 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
+}
+
+/// Downloads the ai-dynamo wheel (pip skips it when present) with `python`; returns its path.
+pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
+    step(
+        "pip download --no-deps ai-dynamo==1.6.1",
+        Command::new(python).args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            DYNAMO_WHEEL_DIR,
+            "ai-dynamo==1.6.1",
+        ]),
+    )?;
+    Ok(std::env::current_dir()?
+        .join(DYNAMO_WHEEL_DIR)
+        .join(DYNAMO_WHEEL))
 }
 
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its

@@ -14,6 +14,8 @@
 //! - `bench-docs`: regenerate docs/benchmarks.md's table from docs/bench-results.json.
 //! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
 //!   sources, and the MSRV check; `test` runs it too.
+//! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
+//!   CPython 3.9 and 3.13 venvs and tests it with the host's libturbojpeg masked.
 
 mod bench;
 mod bench_docs;
@@ -25,6 +27,7 @@ mod gate;
 mod package;
 mod svg;
 mod wheel;
+mod wheel_mask;
 
 use anyhow::bail;
 

@@ -9,13 +9,18 @@
 //!   packages only; no Rust toolchain on PATH) and runs tests/wheel and tests/python there in a
 //!   private mount namespace where every system `libturbojpeg.so*` is masked, with
 //!   `MMCACHE_JPEG_DECODER=libjpeg-turbo`.
+//!
+//! First it installs what is missing (cmake, nasm; for `--test` also redis-server and cjpeg)
+//! as the gate does, and target/venv (maturin, ziglang, auditwheel). `--test` checks before
+//! building that this user can mask a file at all (wheel_mask.rs): where it cannot, it fails
+//! in CI and, elsewhere, builds the wheel and says it skips the test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::gate::{VENV, step};
+use crate::gate::{VENV, dynamo_wheel, ensure_debian_packages, have, python_venv, step};
 
 /// The libjpeg-turbo the wheel links: the source turbojpeg-sys =1.2.0 ships (root Cargo.toml).
 pub(crate) const LIBJPEG_TURBO: &str = "3.1.0";
@@ -42,7 +47,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             other => bail!("`cargo xtask wheel` takes --target TRIPLE and --test (got `{other}`)"),
         }
     }
-    let wheel = build(target.as_deref())?;
+    let requested = test;
     if test {
         ensure!(
             target
@@ -51,11 +56,40 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "--test runs the wheel on this machine, which is {}",
             std::env::consts::ARCH
         );
+        // Before the build's minutes: can this user mask the system library at all?
+        test = crate::wheel_mask::can_mask()?;
+    }
+    let skipped = requested && !test;
+    // libjpeg-turbo is built from source: cmake drives it, nasm assembles its x86 SIMD code.
+    let x86 = target
+        .as_deref()
+        .map_or(std::env::consts::ARCH, |t| t.split('-').next().unwrap_or(t))
+        .starts_with("x86");
+    let mut tools = vec![(have("command -v cmake"), "cmake")];
+    if x86 {
+        tools.push((have("command -v nasm"), "nasm"));
+    }
+    if test {
+        // The pytest suite's Redis Cluster, and cjpeg for the parity cases Pillow cannot write.
+        tools.push((have("command -v redis-server"), "redis-server"));
+        tools.push((have("command -v cjpeg"), "libjpeg-turbo-progs"));
+    }
+    ensure_debian_packages(&tools)?;
+    // maturin, ziglang and auditwheel come from tests/requirements.txt.
+    let python = python_venv(VENV)?;
+    let wheel = build(target.as_deref())?;
+    if test {
+        let dynamo = dynamo_wheel(&python)?;
         for (version, requirements) in PYTHONS {
-            test_wheel(&wheel, version, requirements)?;
+            test_wheel(&wheel, version, requirements, &dynamo)?;
         }
         println!(
             "xtask wheel: {} passed on CPython 3.9 and 3.13",
+            wheel.display()
+        );
+    } else if skipped {
+        println!(
+            "xtask wheel: built {}; its test was SKIPPED (see above: no mount namespace)",
             wheel.display()
         );
     }
@@ -158,33 +192,12 @@ fn pyenv_python(version: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("no CPython {version} in {}", versions.display()))
 }
 
-/// Every system libturbojpeg file (symlinks resolved, each once), to mask.
-fn system_libturbojpeg() -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for dir in ["/lib", "/usr/lib", "/usr/local/lib", "/lib64", "/usr/lib64"] {
-        let dirs = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .chain([PathBuf::from(dir)]);
-        for d in dirs {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("libturbojpeg.so")
-                    && let Ok(real) = std::fs::canonicalize(e.path())
-                    && !found.contains(&real)
-                {
-                    found.push(real);
-                }
-            }
-        }
-    }
-    found
-}
-
-fn test_wheel(wheel: &Path, version: &str, requirements: &str) -> anyhow::Result<()> {
+fn test_wheel(
+    wheel: &Path,
+    version: &str,
+    requirements: &str,
+    dynamo: &Path,
+) -> anyhow::Result<()> {
     let root = std::env::current_dir()?;
     let base = pyenv_python(version)?;
     let venv = root.join(format!("target/wheel-test/py{version}"));
@@ -213,26 +226,17 @@ fn test_wheel(wheel: &Path, version: &str, requirements: &str) -> anyhow::Result
             .env_remove("CARGO_HOME")
             .env_remove("RUSTUP_HOME"),
     )?;
-    let masked = system_libturbojpeg();
-    let mut script = String::from("set -e\n");
-    for lib in &masked {
-        script.push_str(&format!("mount --bind /dev/null '{}'\n", lib.display()));
-    }
-    script.push_str(
-        "exec \"$0\" -m pytest -q -p no:cacheprovider --timeout 120 --timeout-method thread \
-         tests/wheel tests/python\n",
+    let masked = crate::wheel_mask::system_libturbojpeg();
+    let script = crate::wheel_mask::masked_pytest(
+        &masked,
+        &[Path::new("tests/wheel"), Path::new("tests/python")],
     );
-    // A private mount namespace needs CAP_SYS_ADMIN: root gets one directly, a normal user
-    // only inside a user namespace of its own (where the kernel allows unprivileged ones).
-    let mut cmd = Command::new("unshare");
-    if !crate::gate::is_root() {
-        cmd.arg("--map-root-user");
-    }
-    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .arg(&python)
+    let mut cmd = crate::wheel_mask::unshare(&script);
+    cmd.arg(&python)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
         .env("MMCACHE_JPEG_DECODER", "libjpeg-turbo")
         .env("MMCACHE_EXPECT_LIBJPEG_TURBO", LIBJPEG_TURBO)
+        .env("MMCACHE_DYNAMO_WHEEL", dynamo)
         .env_remove("MMCACHE_LIBTURBOJPEG")
         .env_remove("PYTHONPATH");
     step(
