@@ -230,6 +230,7 @@ fn test_wheel(
     let script = crate::wheel_mask::masked_pytest(
         &masked,
         &[Path::new("tests/wheel"), Path::new("tests/python")],
+        &root.join(format!("target/wheel-test/py{version}-tmp")),
     );
     let mut cmd = crate::wheel_mask::unshare(&script);
     cmd.arg(&python)

@@ -83,8 +83,10 @@ pub(crate) fn system_libturbojpeg() -> Vec<PathBuf> {
     found
 }
 
-/// The shell script that masks `libs`, then runs `"$0" -m pytest ...` on `tests`.
-pub(crate) fn masked_pytest(libs: &[PathBuf], tests: &[&Path]) -> String {
+/// The shell script that masks `libs`, then runs `"$0" -m pytest ...` on `tests` with its
+/// temporary files under `basetemp`: in a user namespace the user is uid 0, so pytest's
+/// default, /tmp/pytest-of-root, may be the real root's, which pytest refuses.
+pub(crate) fn masked_pytest(libs: &[PathBuf], tests: &[&Path], basetemp: &Path) -> String {
     let mut script = String::from("set -e\n");
     for lib in libs {
         script.push_str(&format!("mount --bind /dev/null '{}'\n", lib.display()));
@@ -92,6 +94,7 @@ pub(crate) fn masked_pytest(libs: &[PathBuf], tests: &[&Path]) -> String {
     script.push_str(
         "exec \"$0\" -m pytest -q -p no:cacheprovider --timeout 120 --timeout-method thread",
     );
+    script.push_str(&format!(" --basetemp '{}'", basetemp.display()));
     for t in tests {
         script.push_str(&format!(" '{}'", t.display()));
     }
