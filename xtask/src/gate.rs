@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 4] = [
+const PREREQUISITES: [(&str, &str); 5] = [
     ("command -v redis-server", "redis-server"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
     // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
@@ -16,6 +16,8 @@ const PREREQUISITES: [(&str, &str); 4] = [
     ("python3 -c 'import ensurepip, venv'", "python3-venv"),
     // cjpeg writes the JPEG layouts Pillow cannot (odd sampling, arithmetic) for the parity test.
     ("command -v cjpeg", "libjpeg-turbo-progs"),
+    // promtool checks deploy/prometheus's alert rules.
+    ("command -v promtool", "prometheus"),
 ];
 
 /// The virtual environment holding the Python packages of tests/requirements.txt.
@@ -85,6 +87,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .env("MMCACHE_TEST_SERVER", &valkey),
     )?;
     python_package(&python, &valkey)?;
+    deploy_kit(&python)?;
     step(
         "doc",
         Command::new("cargo")
@@ -122,6 +125,43 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     step(
         "pytest tests/python/test_loader.py on Valkey",
         pytest(&["tests/python/test_loader.py"]).env("MMCACHE_TEST_SERVER", valkey),
+    )
+}
+
+/// The operator's kit in deploy/, checked by the linters operators would run: promtool for the
+/// alert rules, yamllint for every YAML file, and kubernetes-validate (the Kubernetes API's own
+/// schemas, unknown fields refused) for the manifests. tests/python/test_deploy.py checks the
+/// metric names they query.
+fn deploy_kit(python: &str) -> anyhow::Result<()> {
+    let bin = std::path::Path::new(python)
+        .parent()
+        .context("the venv's bin folder")?;
+    step(
+        "promtool check rules deploy/prometheus/alerts.yaml",
+        Command::new("promtool").args(["check", "rules", "deploy/prometheus/alerts.yaml"]),
+    )?;
+    step(
+        "yamllint deploy",
+        Command::new(bin.join("yamllint")).args([
+            "--strict",
+            "-c",
+            "deploy/.yamllint.yaml",
+            "deploy",
+        ]),
+    )?;
+    let mut manifests = Vec::new();
+    for entry in std::fs::read_dir("deploy/kubernetes")? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            manifests.push(path);
+        }
+    }
+    manifests.sort();
+    step(
+        "kubernetes-validate --strict deploy/kubernetes",
+        Command::new(bin.join("kubernetes-validate"))
+            .args(["--strict", "--quiet"])
+            .args(&manifests),
     )
 }
 
