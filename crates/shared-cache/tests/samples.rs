@@ -41,11 +41,17 @@ async fn samples_are_off_by_default_and_labelled_as_dynamo_labels_them() {
 
     cache.enable_duration_samples();
     cache.enable_duration_samples(); // idempotent: keeps one buffer
-    assert_eq!(cache.drain_duration_samples(), Some(DrainedSamples::default()));
+    assert_eq!(
+        cache.drain_duration_samples(),
+        Some(DrainedSamples::default())
+    );
 
     let value = Bytes::from(vec![7u8; 70 * 1024]); // le_256kib
     assert_eq!(cache.get_with_outcome(&id(1)).await.1, GetOutcome::Miss);
-    assert_eq!(cache.set(&id(1), value.clone()).await, WriteOutcome::Success);
+    assert_eq!(
+        cache.set(&id(1), value.clone()).await,
+        WriteOutcome::Success
+    );
     assert_eq!(cache.get(&id(1)).await, Some(value));
     // The lease (SET NX PX, compare-and-delete) has no Dynamo name: not sampled.
     let LeaseOutcome::Won(token) = cache.try_lease(&id(1), Duration::from_secs(5)).await else {
@@ -60,7 +66,10 @@ async fn samples_are_off_by_default_and_labelled_as_dynamo_labels_them() {
             Some(60),
         )
         .unwrap();
-    assert_eq!(cache.get_with_outcome(&id(2)).await.1, GetOutcome::Oversized);
+    assert_eq!(
+        cache.get_with_outcome(&id(2)).await.1,
+        GetOutcome::Oversized
+    );
     // A value over the write cap is not attempted: nothing to time.
     let huge = Bytes::from(vec![0u8; cache.config().max_value_bytes + 1]);
     assert_eq!(cache.set(&id(3), huge).await, WriteOutcome::Skipped);
@@ -80,7 +89,10 @@ async fn samples_are_off_by_default_and_labelled_as_dynamo_labels_them() {
         assert!(s.seconds.iter().all(|&x| (0.0..30.0).contains(&x)), "{s:?}");
     }
     // Drained: the next drain is empty.
-    assert_eq!(cache.drain_duration_samples(), Some(DrainedSamples::default()));
+    assert_eq!(
+        cache.drain_duration_samples(),
+        Some(DrainedSamples::default())
+    );
 
     // Write-behind SETs are sampled when they end, with their real outcome.
     let mut config = SharedCacheConfig::new(cluster.url());
@@ -108,7 +120,10 @@ async fn failed_operations_are_errors_of_unknown_or_real_size() {
     let drained = cache.drain_duration_samples().unwrap();
     assert_eq!(
         counts(&drained),
-        vec![("get", "error", "unknown", 1), ("set", "error", "le_1mib", 1)]
+        vec![
+            ("get", "error", "unknown", 1),
+            ("set", "error", "le_1mib", 1)
+        ]
     );
 }
 
