@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import struct
+import time
 import zlib
 
 import pytest
@@ -564,3 +565,35 @@ def test_shared_image_cache_stats_snapshot_and_drain_shape(origin, path, shared_
         assert len(samples) == 1 and isinstance(samples[0], float) and 0 <= samples[0] < 30
     assert stats.snapshot_and_drain() == {}
     assert stats.dropped == 0
+
+
+@pytest.mark.parametrize("extra,misses", [({}, 1),
+                                           ({"MMCACHE_SHARED_IMAGE_CACHE_LEASE": "1",
+                                             "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND": "1"}, 2)],
+                         ids=["defaults", "lease_write_behind"])
+def test_shared_image_cache_stats_with_default_hedging(origin, path, cluster, monkeypatch,
+                                                       extra, misses):
+    """Default settings (hedging on), and with the lease and write-behind: each real GET and
+    SET is one sample. The lease holder looks once more before it fills (a second miss);
+    lease commands are not sampled; a write-behind SET is sampled when it lands."""
+    for name, value in {"DYN_MM_SHARED_IMAGE_CACHE_ENABLED": "1",
+                        "DYN_MM_SHARED_IMAGE_CACHE_URL": cluster.url,
+                        "DYN_MM_ALLOW_INTERNAL": "1", **extra}.items():
+        monkeypatch.setenv(name, value)
+    loader = ImageLoader(cache_size=0)
+    stats = loader.shared_image_cache_stats
+    url = origin.image(path(), png(6, 7, seed=23))
+    run(loader.load_image(url))
+    assert loader.loader.flush(5.0)
+    run(loader.load_image(url))
+    want = {("get", "miss", "unknown"): misses, ("get", "hit", "le_64kib"): 1,
+            ("set", "success", "le_64kib"): 1}
+    got: dict = {}
+    # A hedged-away GET records when it ends: poll briefly (bounded) until it has.
+    for _ in range(100):
+        for series, samples in stats.snapshot_and_drain().items():
+            got[series] = got.get(series, 0) + len(samples)
+        if got == want:
+            break
+        time.sleep(0.1)
+    assert got == want
