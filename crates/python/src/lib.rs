@@ -21,6 +21,7 @@ mod errors;
 mod loader;
 mod pixels;
 mod runtime;
+mod shared_stats;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -76,6 +77,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<embeddings::Embeddings>()?;
     m.add_class::<embeddings::CachedEmbedding>()?;
     m.add_class::<tensor::TensorBytes>()?;
+    m.add_class::<shared_stats::SharedCacheStats>()?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -170,6 +170,17 @@ impl Loader {
         self.loader().shared_cache().is_some()
     }
 
+    /// The shared cache's GET/SET latency samples (Dynamo's `SharedImageCacheStats` shape),
+    /// kept from the first call on; `None` when the shared cache is off. Every call returns a
+    /// view of the same buffer.
+    fn shared_cache_stats(&self) -> PyResult<Option<crate::shared_stats::SharedCacheStats>> {
+        runtime::check_owner(self.pid)?;
+        Ok(self
+            .loader()
+            .shared_cache()
+            .map(|c| crate::shared_stats::SharedCacheStats::start(c.clone(), self.pid)))
+    }
+
     /// Waits up to `timeout_secs` for queued shared-cache writes; returns whether all landed.
     /// Blocks (without the GIL): from a coroutine, `await loader.flush_async()`.
     #[pyo3(signature = (timeout_secs=5.0))]
