@@ -382,7 +382,7 @@ async fn shared_hit(
 fn hedge_note(loader: &Loader) -> String {
     let h = loader.hedge_stats();
     format!(
-        "hedged {} of {} GETs ({:.2} %), delay {} ms",
+        "hedged {} of {} GETs ({:.2} %), delay {:.1} ms",
         h.hedged,
         h.answered_gets,
         100.0 * h.hedged as f64 / h.answered_gets.max(1) as f64,
