@@ -21,6 +21,7 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 use crate::common::{self, ms, percentile};
 
 mod embed;
+mod embed_stream;
 mod fleet;
 mod local;
 mod outage;
@@ -263,7 +264,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
-            "embed" => rt.block_on(embed::rows(&o, &cluster))?,
+            "embed" => rt.block_on(embed::rows(&o, &cluster, &origin))?,
             _ => rt.block_on(fleet::zipf(&o, &cluster))?,
         };
         for r in &new_rows {
