@@ -423,3 +423,25 @@ def test_a_cancelled_compute_is_an_error_for_the_waiters_not_their_cancellation(
     assert isinstance(raised, mmcache.EmbeddingComputeError), repr(raised)
     assert not isinstance(raised, asyncio.CancelledError)
     assert "cancelled" in str(raised)
+
+
+def test_get_reads_the_shared_tier_of_another_worker(cluster):
+    """`get` looks in memory, then the fleet tiers: a value another worker computed is found
+    without a compute, then kept in memory; what no tier has is None."""
+    value = np.arange(24, dtype=np.float32).reshape(4, 6)
+    writer = mmcache.Loader(shared_cache=True, shared_cache_url=cluster.url)
+    reader = mmcache.Loader(shared_cache=True, shared_cache_url=cluster.url)
+
+    async def body():
+        computed = Counter(value)
+        first = await writer.embeddings.get_or_compute("fleet-get", computed, model=MODEL)
+        assert (first.source, computed.runs) == ("computed", 1)
+        assert await writer.flush_async(20)
+        found = await reader.embeddings.get("fleet-get", model=MODEL)
+        assert found is not None and found.source == "shared"
+        np.testing.assert_array_equal(found.array, value)
+        again = await reader.embeddings.get("fleet-get", model=MODEL)
+        assert again.source == "memory"
+        assert await reader.embeddings.get("never-computed", model=MODEL) is None
+
+    run(body())
