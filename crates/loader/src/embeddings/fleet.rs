@@ -223,10 +223,10 @@ impl Fleet {
         key: &EmbeddingKey,
         model: &str,
     ) -> Option<(Embedding, EmbeddingSource)> {
-        if let Some(disk) = &self.disk {
-            if let Some(e) = self.read_disk(disk, key, model).await {
-                return Some((e, EmbeddingSource::Disk));
-            }
+        if let Some(disk) = &self.disk
+            && let Some(e) = self.read_disk(disk, key, model).await
+        {
+            return Some((e, EmbeddingSource::Disk));
         }
         let e = self.read_shared(self.shared.as_ref()?, key, model).await?;
         self.write_disk(key, model, &e, None);
