@@ -8,15 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::embeddings::{DType, Embedding, EmbeddingKeyInput};
+use mmcache_loader::embeddings::EmbeddingKeyInput;
 use mmcache_loader::{Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::RedisCluster;
 
+use super::embed::{MODEL, large_embedding, read_from_shared};
 use super::{Measure, Opts, Row, drive, ops, serve, worker};
-
-const MODEL: &str = "bench/encoder@max_pixels=1003520";
 
 pub(super) async fn image_hits_while_embeddings_stream(
     o: &Opts,
@@ -34,14 +33,8 @@ pub(super) async fn image_hits_while_embeddings_stream(
         .decoded_cache_entries(Some(0))
         .build()?;
 
-    // One Qwen2.5-VL-7B embedding of a 1024 px image (1300 tokens x 3584 bf16), stored once;
-    // the streamer has no memory tier, so each of its calls reads every chunk again.
-    let (tokens, width) = (1300, 3584);
-    let e = Embedding::from_u16_bits(
-        DType::BF16,
-        vec![tokens, width],
-        (0..tokens * width).map(|i| i as u16).collect(),
-    )?;
+    // Stored once; the streamer has no memory tier, so each of its calls reads every chunk.
+    let e = large_embedding()?;
     let bytes = e.bytes().len();
     let key = EmbeddingKeyInput::caller(format!("stream-{}", std::process::id()));
     let writer = worker(Some(&cluster.url())).build()?;
@@ -133,17 +126,7 @@ async fn stream(
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let got = streamer
-            .embeddings()
-            .get_or_compute(&key, MODEL, None, || async {
-                Err::<Embedding, _>(std::io::Error::other("the shared tier has it"))
-            })
-            .await?;
-        anyhow::ensure!(
-            got.source.as_str() == "shared",
-            "read from {:?}",
-            got.source
-        );
+        read_from_shared(&streamer, &key).await?;
         streamed.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
