@@ -94,8 +94,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .args(["doc", "--no-deps", "--workspace"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
-    // Publishability (`cargo xtask package`: cargo package verified, packaged doctests, MSRV)
-    // is its own command for now: about ten minutes more, so it is run before a release.
+    // Publishability: every crate packages; building the packages, their doctests and the
+    // MSRV (`cargo xtask package`, about ten minutes more) is run before a release.
+    crate::package::check_contents()?;
     crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
