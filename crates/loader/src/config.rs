@@ -1148,6 +1148,35 @@ mod tests {
     }
 
     #[test]
+    fn the_allowlist_refusal_reads_the_same_from_env_and_builder() {
+        // The allowlist is checked once: the same refusal reads the same either way.
+        let from_env = with(&[(env::ALLOWED_MEDIA_DOMAINS, "ok.com,bad/host")]).unwrap_err();
+        let from_builder = crate::Loader::builder()
+            .allowed_media_domains(["ok.com", "bad/host"])
+            .build()
+            .unwrap_err();
+        assert_eq!(from_env, from_builder);
+    }
+
+    #[test]
+    fn a_bound_refused_after_parsing_echoes_the_value_as_given() {
+        // A bound refused after parsing echoes the value as it was given, in its own unit.
+        for (name, value) in [
+            (env::SHARED_LEASE_TTL_MS, "3600001"),
+            (env::SHARED_BREAKER_COOLDOWN_MS, "99999999999"),
+            (env::DISK_CACHE_TIMEOUT_MS, "3600001"),
+            (env::DECODE_WAIT_SECS, "1e19"),
+            (env::LOAD_TIMEOUT_SECS, "3601"),
+        ] {
+            let err = with(&[(name, value)]).unwrap_err();
+            let ConfigError::Invalid { value: got, .. } = &err else {
+                panic!("{name}={value}: {err}");
+            };
+            assert_eq!(got, value, "{err}");
+        }
+    }
+
+    #[test]
     fn huge_durations_are_startup_errors_naming_the_variable() {
         for (name, value) in [
             (env::SHARED_IO_TIMEOUT_SECS, "1e19"),
