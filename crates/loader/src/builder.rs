@@ -11,7 +11,7 @@ use mmcache_shared_cache::{SharedCache, SharedCacheConfig};
 
 use crate::budget::DecodeBudget;
 use crate::hedge::{Hedge, HedgeSettings};
-use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, env, metrics};
+use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, metrics};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -300,17 +300,11 @@ impl LoaderBuilder {
     /// built.
     pub fn build(self) -> Result<Loader, ConfigError> {
         let config = self.config;
-        config.validate()?;
+        // The one check `Config::from_lookup` ran too, for the setters' values.
+        let checked = config.check(&Default::default())?;
         let mut origin_config = OriginConfig::default();
         origin_config.allow_internal = config.allow_internal;
-        origin_config.allowed_domains = mmcache_origin::DomainAllowlist::new(
-            &config.allowed_media_domains,
-        )
-        .map_err(|reason| ConfigError::Invalid {
-            name: env::ALLOWED_MEDIA_DOMAINS,
-            value: reason.chars().take(64).collect(),
-            expected: "host names, *.host names or IP addresses",
-        })?;
+        origin_config.allowed_domains = checked.allowlist;
         origin_config.max_body_bytes = config.max_file_size_bytes;
         origin_config.connect_timeout = config.origin_connect_timeout;
         origin_config.timeout = config.origin_timeout;
