@@ -352,3 +352,82 @@ fn huge_durations_are_startup_errors_naming_the_variable() {
         "{err}"
     );
 }
+
+/// The rows of docs/configuration.md's tables, by variable: (default cell, rule cell).
+fn documented() -> HashMap<String, (String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let mut rows = HashMap::new();
+    let is_variable_row = |l: &&str| l.starts_with("| `DYN_MM_") || l.starts_with("| `MMCACHE_");
+    for line in doc.lines().filter(is_variable_row) {
+        let cells: Vec<&str> = line.trim_matches('|').splitn(3, " | ").collect();
+        let [name, default, rule] = cells[..] else {
+            panic!("not a three-cell row: {line}");
+        };
+        let name = name.trim().trim_matches('`').to_owned();
+        let old = rows.insert(name.clone(), (default.to_owned(), rule.trim().to_owned()));
+        assert!(old.is_none(), "{name} is documented twice");
+    }
+    rows
+}
+
+#[test]
+fn the_docs_list_every_setting_with_its_declared_default_and_rule() {
+    let mut rows = documented();
+    let mut wrong = Vec::new();
+    for s in &SETTINGS {
+        match rows.remove(s.name) {
+            None => wrong.push(format!("{}: no row", s.name)),
+            Some((default, _)) if default != s.default => {
+                wrong.push(format!(
+                    "{}: default {default:?}, declared {:?}",
+                    s.name, s.default
+                ));
+            }
+            Some((_, rule)) if !rule.starts_with(s.rule) => {
+                wrong.push(format!(
+                    "{}: rule {rule:.60?}, declared {:?}",
+                    s.name, s.rule
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/configuration.md:\n{}",
+        wrong.join("\n")
+    );
+    // Read by the Python package itself (crates/python/src/runtime.rs), not by a `Config`.
+    for python_only in ["MMCACHE_RUNTIME_THREADS", "MMCACHE_LOG"] {
+        rows.remove(python_only);
+    }
+    let stray: Vec<&String> = rows.keys().collect();
+    assert!(stray.is_empty(), "documented but not a setting: {stray:?}");
+}
+
+#[test]
+fn every_declared_default_is_the_default() {
+    for s in &SETTINGS {
+        // A value in backticks must read as the default itself; words ("unset", "twice the
+        // number of CPUs", "derived: ...") are held by `defaults_match_the_design`.
+        let Some(value) = s
+            .default
+            .strip_prefix('`')
+            .and_then(|d| d.split('`').next())
+        else {
+            continue;
+        };
+        let c = with(&[(s.name, value)]).unwrap();
+        assert_eq!(c, Config::default(), "{}={value}", s.name);
+    }
+    assert_eq!(env::ALL.len(), SETTINGS.len());
+    let mut keywords: Vec<&str> = SETTINGS.iter().map(|s| s.python).collect();
+    keywords.sort_unstable();
+    keywords.dedup();
+    assert_eq!(
+        keywords.len(),
+        SETTINGS.len(),
+        "a Python keyword is declared twice"
+    );
+}
