@@ -47,7 +47,10 @@ CASES = {
     "decode_memory_bytes": (1 << 20, "1048576"),
     "decode_concurrency": (3, "3"),
     "decode_wait_secs": (1.5, "1.5"),
-    "allowed_media_domains": (["example.com", "*.cdn.example.net"], "example.com,*.cdn.example.net"),
+    "allowed_media_domains": (
+        ["example.com", "*.cdn.example.net"],
+        "example.com,*.cdn.example.net",
+    ),
     "disk_cache_max_bytes": (1 << 20, "1048576"),
     "disk_cache_ttl_secs": (60, "60"),
     "disk_cache_group": ("root", "root"),
@@ -83,7 +86,7 @@ def test_every_setting_has_a_keyword_with_a_case_here():
 def test_a_keyword_sets_what_its_variable_sets(keyword):
     value, text = CASES[keyword]
     kw_base, env_base = bases(keyword)
-    by_keyword = mmcache.Loader(**kw_base, **{keyword: value})
+    by_keyword = mmcache.Loader(**{**kw_base, keyword: value})
     by_variable = mmcache.Loader(environ={**env_base, _native.SETTINGS[keyword]: text})
     assert repr(by_keyword) == repr(by_variable)
     # ... and it sets something (the URL is redacted from the repr).
@@ -107,7 +110,9 @@ def test_the_tls_root_ca_keyword_takes_pem_bytes(tmp_path):
     var = _native.SETTINGS["shared_cache_tls_root_ca"]
     outcomes = []
     for build in (
-        lambda: mmcache.Loader(shared_cache_url="rediss://127.0.0.1:1", shared_cache_tls_root_ca=pem.read_bytes()),
+        lambda: mmcache.Loader(
+            shared_cache_url="rediss://127.0.0.1:1", shared_cache_tls_root_ca=pem.read_bytes()
+        ),
         lambda: mmcache.Loader(environ={
             "DYN_MM_SHARED_IMAGE_CACHE_ENABLED": "1",
             "DYN_MM_SHARED_IMAGE_CACHE_URL": "rediss://127.0.0.1:1",

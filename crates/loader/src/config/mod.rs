@@ -126,7 +126,12 @@ impl std::fmt::Debug for SharedCacheSettings {
             .field("breaker", &self.breaker)
             .field("lease", &self.lease)
             .field("write_behind", &self.write_behind)
-            .finish_non_exhaustive()
+            .field("hedge", &self.hedge)
+            .field(
+                "tls_root_ca_pem",
+                &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
+            )
+            .finish()
     }
 }
 

@@ -353,10 +353,14 @@ fn huge_durations_are_startup_errors_naming_the_variable() {
     );
 }
 
+fn doc_text() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
 /// The rows of docs/configuration.md's tables, by variable: (default cell, rule cell).
 fn documented() -> HashMap<String, (String, String)> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
-    let doc = std::fs::read_to_string(path).unwrap();
+    let doc = doc_text();
     let mut rows = HashMap::new();
     let is_variable_row = |l: &&str| l.starts_with("| `DYN_MM_") || l.starts_with("| `MMCACHE_");
     for line in doc.lines().filter(is_variable_row) {
@@ -391,6 +395,10 @@ fn the_docs_list_every_setting_with_its_declared_default_and_rule() {
                 ));
             }
             Some(_) => {}
+        }
+        let keyword_row = format!("| `{}` | `{}` |", s.python, s.name);
+        if !doc_text().contains(&keyword_row) {
+            wrong.push(format!("no Python keyword row {keyword_row}"));
         }
     }
     assert!(
