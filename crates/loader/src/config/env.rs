@@ -1,15 +1,16 @@
-//! Environment variable names. Each one's default, rule, Python keyword and parser are in
-//! [`crate::SETTINGS`], which this list is derived from.
+//! Environment variable names. Each one's default, rule, Python keyword and reader are
+//! declared in [`crate::SETTINGS`] (which [`ALL`] is derived from); the summaries below
+//! restate them.
 
 /// `0` or `1`: use the shared cache. Default `0`.
 pub const SHARED_ENABLED: &str = "DYN_MM_SHARED_IMAGE_CACHE_ENABLED";
 /// `redis://` or `rediss://` discovery endpoint; required when enabled; never logged.
 pub const SHARED_URL: &str = "DYN_MM_SHARED_IMAGE_CACHE_URL";
-/// Entry TTL in whole seconds, > 0. Default 3600.
+/// Entry TTL in whole seconds, > 0 and <= 31536000 (365 days). Default 3600.
 pub const SHARED_TTL_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS";
-/// Connect timeout in seconds, finite, > 0. Default 0.1.
+/// Connect timeout in seconds, finite, > 0 and <= 3600. Default 0.1.
 pub const SHARED_CONNECT_TIMEOUT_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_CONNECT_TIMEOUT_SECS";
-/// Response timeout in seconds, finite, > 0. Default 2.0.
+/// Response timeout in seconds, finite, > 0 and <= 3600. Default 2.0.
 pub const SHARED_IO_TIMEOUT_SECS: &str = "DYN_MM_SHARED_IMAGE_CACHE_IO_TIMEOUT_SECS";
 /// Body cap in MiB, integer > 0. Default 64. Applies always.
 pub const MAX_FILE_SIZE_MB: &str = "DYN_MM_MAX_FILE_SIZE_MB";
@@ -53,9 +54,9 @@ pub const DECODE_CONCURRENCY: &str = "MMCACHE_DECODE_CONCURRENCY";
 pub const DECODE_WAIT_SECS: &str = "MMCACHE_DECODE_WAIT_SECS";
 /// Pixel limit of one image, integer > 0. Default 100 000 000.
 pub const MAX_PIXELS: &str = "MMCACHE_MAX_PIXELS";
-/// Origin connect timeout in seconds, finite, > 0. Default 5.
+/// Origin connect timeout in seconds, finite, > 0 and <= 3600. Default 5.
 pub const ORIGIN_CONNECT_TIMEOUT_SECS: &str = "MMCACHE_ORIGIN_CONNECT_TIMEOUT_SECS";
-/// Overall origin fetch deadline in seconds, finite, > 0. Default 30.
+/// Overall origin fetch deadline in seconds, finite, > 0 and <= 3600. Default 30.
 pub const ORIGIN_TIMEOUT_SECS: &str = "MMCACHE_ORIGIN_TIMEOUT_SECS";
 /// Path of a PEM file with the root CA to trust for `rediss://`. Default: system roots.
 pub const SHARED_TLS_CA_FILE: &str = "MMCACHE_SHARED_IMAGE_CACHE_TLS_CA_FILE";
@@ -66,13 +67,14 @@ pub const SHARED_MAX_VALUE_BYTES: &str = "MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_B
 pub const SHARED_BREAKER: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER";
 /// Consecutive failures that open a node's breaker, integer > 0. Default 5.
 pub const SHARED_BREAKER_FAILURES: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER_FAILURES";
-/// Breaker cool-down before a probe, milliseconds, integer > 0. Default 1000.
+/// Breaker cool-down before a probe, milliseconds, integer > 0 and <= 3600000. Default 1000.
 pub const SHARED_BREAKER_COOLDOWN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER_COOLDOWN_MS";
 /// `0` or `1`: stampede lease on a miss. Default `0`.
 pub const SHARED_LEASE: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE";
-/// Lease lifetime, milliseconds, integer > 0. Default 5000.
+/// Lease lifetime, milliseconds, integer > 0 and <= 3600000. Default 5000.
 pub const SHARED_LEASE_TTL_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE_TTL_MS";
-/// Longest wait for another worker's fill, milliseconds, integer > 0. Default 3000.
+/// Longest wait for another worker's fill, milliseconds, integer > 0 and <= 3600000.
+/// Default 3000.
 pub const SHARED_LEASE_WAIT_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_LEASE_WAIT_MS";
 /// `0` or `1`: write-behind of SETs. Default `0`.
 pub const SHARED_WRITE_BEHIND: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND";
@@ -80,7 +82,7 @@ pub const SHARED_WRITE_BEHIND: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND";
 pub const SHARED_WRITE_BEHIND_QUEUE: &str = "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND_QUEUE";
 /// `0` or `1`: hedge slow GETs with the origin, and bound the SET wait. Default `1`.
 pub const SHARED_HEDGE: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE";
-/// Shortest hedge delay in ms, integer > 0. Default 20.
+/// Shortest hedge delay in ms, integer > 0 and <= the maximum. Default 20.
 pub const SHARED_HEDGE_MIN_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MIN_MS";
 /// Longest hedge delay (and SET wait) in ms, integer >= the minimum, <= 60000. Default 250.
 pub const SHARED_HEDGE_MAX_MS: &str = "MMCACHE_SHARED_IMAGE_CACHE_HEDGE_MAX_MS";
@@ -94,7 +96,7 @@ pub const EMBEDDING_FLEET: &str = "MMCACHE_EMBEDDING_FLEET";
 /// > 0. Default 64 MiB.
 pub const EMBEDDING_MAX_VALUE_BYTES: &str = "MMCACHE_EMBEDDING_MAX_VALUE_BYTES";
 /// Values over this many bytes go to the shared cache in chunks of this size, integer
-/// > 0, at most the value cap. Default 2 MiB.
+/// > 0 and <= 4294967295, at most the value cap and at least 1/1024 of it. Default 2 MiB.
 pub const EMBEDDING_CHUNK_BYTES: &str = "MMCACHE_EMBEDDING_CHUNK_BYTES";
 
 /// Overall deadline of a load in seconds, finite, > 0 and <= 3600. Default: the origin

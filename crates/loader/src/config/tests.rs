@@ -439,3 +439,48 @@ fn every_declared_default_is_the_default() {
         "a Python keyword is declared twice"
     );
 }
+
+#[test]
+fn every_declared_bound_is_the_checked_bound() {
+    // What a setting needs besides itself to reach its bound.
+    let companions = |name: &str| match name {
+        n if n == env::EMBEDDING_CHUNK_BYTES => {
+            vec![(env::EMBEDDING_MAX_VALUE_BYTES, "4294967295")]
+        }
+        _ => vec![],
+    };
+    let mut checked = 0;
+    for s in &SETTINGS {
+        let floor_rule = ["integer > 0", "finite number > 0", "number > 0"];
+        if floor_rule.iter().any(|r| s.rule.starts_with(r)) {
+            let err = with(&[(s.name, "0")]).expect_err(s.name).to_string();
+            assert!(err.contains(s.name), "{err}");
+        }
+        if s.rule.starts_with("integer >= 0") {
+            with(&[(s.name, "0")]).unwrap();
+        }
+        let Some(max) = s.rule.split("<= ").nth(1).map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        }) else {
+            continue;
+        };
+        let Ok(max) = max.parse::<u64>() else {
+            continue; // "<= the maximum": a rule between settings, tested in `good_values`
+        };
+        let at = max.to_string();
+        let over = (max + 1).to_string();
+        let mut pairs = companions(s.name);
+        pairs.push((s.name, &at));
+        with(&pairs).unwrap_or_else(|e| panic!("{}={at} is within {:?}: {e}", s.name, s.rule));
+        pairs.pop();
+        pairs.push((s.name, &over));
+        let err = with(&pairs).expect_err(&over).to_string();
+        assert!(err.contains(s.name) && err.contains(&over), "{err}");
+        checked += 1;
+    }
+    // The shared TTL, disk TTL, four timeouts, three ms durations, decode concurrency and
+    // wait, hedge maximum, disk timeout, load timeout, embedding chunk.
+    assert_eq!(checked, 15);
+}
