@@ -3,7 +3,8 @@
 //!
 //! Each setting is declared once, in [`SETTINGS`] (`settings.rs`): its variable, documented
 //! default and rule, Python keyword and reader. `validate.rs` holds every bound, checked once
-//! for every source; `parse.rs` the text parsers; `env.rs` the variable names.
+//! for every source; `tiers.rs` where settings go (the tiers' own configurations); `parse.rs`
+//! the text parsers; `env.rs` the variable names.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,6 +19,7 @@ mod parse;
 mod settings;
 #[cfg(test)]
 mod tests;
+mod tiers;
 mod validate;
 
 pub use settings::{SETTINGS, Setting};

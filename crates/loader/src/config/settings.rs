@@ -462,7 +462,10 @@ pub const SETTINGS: [Setting; COUNT] = [
     },
     Setting {
         name: env::LOAD_TIMEOUT_SECS,
-        default: "derived: origin timeout + decode wait + lease wait (when the lease is on) + 30 s; `90` with the other defaults",
+        default: concat!(
+            "derived: origin timeout + decode wait + lease wait (when the lease is on) + 30 s; ",
+            "`90` with the other defaults"
+        ),
         rule: "number > 0 and <= 3600",
         python: "load_timeout_secs",
         read: |c, v| {
