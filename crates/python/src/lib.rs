@@ -81,5 +81,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Keyword of `Loader(...)` -> its environment variable, from the one declaration.
+    let settings = pyo3::types::PyDict::new(m.py());
+    for s in &mmcache_loader::SETTINGS {
+        settings.set_item(s.python, s.name)?;
+    }
+    m.add("SETTINGS", settings)?;
     Ok(())
 }
