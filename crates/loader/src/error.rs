@@ -59,8 +59,9 @@ impl ConfigError {
 }
 
 /// Why a `data:` URL was refused.
+///
+/// Exhaustive on purpose, as [`Error`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum DataUrlError {
     /// No comma between the header and the payload.
     #[error("data URL has no payload")]
@@ -83,8 +84,11 @@ pub enum DataUrlError {
 }
 
 /// A failed load. Cloneable, because every waiter of a joined load gets the same error.
+///
+/// Exhaustive on purpose (not `#[non_exhaustive]`): the workspace's consumers (the Python
+/// exception classes) map every variant with a `match` the compiler checks, so a new variant
+/// is a breaking change that must come with its mapping.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The origin (or the URL policy) refused or failed the download.
     #[error(transparent)]

@@ -81,5 +81,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::init(m)?;
     Ok(())
 }
