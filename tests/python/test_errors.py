@@ -122,3 +122,31 @@ def test_the_other_kinds_have_their_class_and_status(origin, path):
         mmcache.UnsupportedImageError,
         mmcache.InvalidDataUrlError,
     ]
+
+
+def test_a_batch_reports_by_the_rust_loaders_rule(origin, path):
+    # Loader::load_batch's rule (crates/loader): the first failure with an origin status, else
+    # the first URL-policy refusal (Error::is_policy: scheme, address, allowlist), else all of
+    # them; Python adds one step: a batch with one failure raises that failure.
+    loader = mmcache.Loader(allow_internal=True)
+    bad = origin.image(path("bad.png"), b"not an image")
+    here, there = path(), path()
+    origin.set(here, Route(302, b"", headers={"Location": origin.base + there}))
+    origin.set(there, Route(302, b"", headers={"Location": origin.base + here}))
+    looping = origin.base + here
+    # A redirect loop is a UrlPolicyError but not a refusal by the URL policy: it does not
+    # stand for the batch.
+    with pytest.raises(mmcache.BatchError) as info:
+        loader.load_batch_sync([bad, looping])
+    assert [(i, type(f)) for i, f in info.value.failures] == [
+        (0, mmcache.UnsupportedImageError),
+        (1, mmcache.UrlPolicyError),
+    ]
+    with pytest.raises(mmcache.UrlPolicyError) as policy:
+        loader.load_batch_sync([bad, looping, "file:///etc/passwd"])
+    assert "local file access" in str(policy.value)
+    with pytest.raises(mmcache.OriginStatusError):
+        loader.load_batch_sync(["file:///etc/passwd", origin.base + path()])
+    with pytest.raises(mmcache.UrlPolicyError) as only:
+        loader.load_batch_sync([origin.image(path(), png(4, 4)), looping])
+    assert "redirect loop" in str(only.value)
