@@ -184,4 +184,15 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The failure that stands for a failed batch (the rule of
+    /// [`Loader::load_batch`](crate::Loader::load_batch), and of the Python binding's): the
+    /// first with an origin HTTP status, else the first URL-policy refusal ([`Self::is_policy`]);
+    /// `None` when neither is there and the batch reports every failure ([`Self::Batch`]).
+    pub fn batch_representative(failures: &[(usize, Error)]) -> Option<&(usize, Error)> {
+        failures
+            .iter()
+            .find(|(_, e)| e.origin_status().is_some())
+            .or_else(|| failures.iter().find(|(_, e)| e.is_policy()))
+    }
 }

@@ -239,22 +239,16 @@ pub(crate) fn load_error(py: Python<'_>, err: &Error, url: &str) -> PyErr {
     build(py, err, &[url]).unwrap_or_else(|e| e)
 }
 
-/// The Python exception for a failed batch: the first failure with an origin status, else the
-/// first URL-policy failure, else the only failure (each naming its URL's host), else a
-/// `BatchError` listing all.
+/// The Python exception for a failed batch, by the Rust loader's rule
+/// ([`Error::batch_representative`]: the first failure with an origin status, else the first
+/// URL-policy refusal), else the only failure (each naming its URL's host), else a
+/// `BatchError` listing all. The one step Rust lacks, the only failure raised as itself, is the
+/// documented Python API: an `except OriginTimeoutError` around a batch keeps working.
 pub(crate) fn batch_error(py: Python<'_>, failures: Vec<(usize, Error)>, urls: &[&str]) -> PyErr {
-    let pick = failures
-        .iter()
-        .find(|(_, e)| e.origin_status().is_some())
-        .or_else(|| {
-            failures
-                .iter()
-                .find(|(_, e)| class_of(e) == Class::UrlPolicy)
-        })
-        .or(match failures.as_slice() {
-            [only] => Some(only),
-            _ => None,
-        });
+    let pick = Error::batch_representative(&failures).or(match failures.as_slice() {
+        [only] => Some(only),
+        _ => None,
+    });
     let made = match pick {
         Some((index, err)) => build(py, err, &[urls[*index]]),
         None => build(py, &Error::Batch(failures.into()), urls),
