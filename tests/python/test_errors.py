@@ -4,6 +4,8 @@ the documented hierarchy, pickling, and the class and status of each kind of fai
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 from conftest import Route, png
@@ -150,3 +152,22 @@ def test_a_batch_reports_by_the_rust_loaders_rule(origin, path):
     with pytest.raises(mmcache.UrlPolicyError) as only:
         loader.load_batch_sync([origin.image(path(), png(4, 4)), looping])
     assert "redirect loop" in str(only.value)
+
+
+def test_the_native_module_refuses_to_load_when_errors_py_lacks_a_class():
+    # A real interpreter whose mmcache.errors lacks ConfigError: the import fails, naming it,
+    # rather than a later load raising AttributeError.
+    code = (
+        "import sys, types\n"
+        "fake = types.ModuleType('mmcache.errors')\n"
+        "fake.MmcacheError = type('MmcacheError', (Exception,), {})\n"
+        "sys.modules['mmcache.errors'] = fake\n"
+        "try:\n"
+        "    import mmcache\n"
+        "except ImportError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "refused: mmcache.errors.ConfigError is not an MmcacheError class" in out.stdout, (
+        out.stdout + out.stderr
+    )

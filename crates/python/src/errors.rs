@@ -100,14 +100,18 @@ fn import(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
     Class::ALL
         .iter()
         .map(|class| {
-            let found = module.getattr(class.name())?.cast_into::<PyType>()?;
-            if !found.is_subclass(&base)? {
-                return Err(pyo3::exceptions::PyImportError::new_err(format!(
-                    "mmcache.errors.{} is not an MmcacheError",
+            let found = module
+                .getattr(class.name())
+                .ok()
+                .and_then(|c| c.cast_into::<PyType>().ok());
+            match found {
+                Some(found) if found.is_subclass(&base)? => Ok(found.unbind()),
+                _ => Err(pyo3::exceptions::PyImportError::new_err(format!(
+                    "mmcache.errors.{} is not an MmcacheError class: the native module and \
+                     errors.py disagree",
                     class.name()
-                )));
+                ))),
             }
-            Ok(found.unbind())
         })
         .collect()
 }
