@@ -350,10 +350,7 @@ impl Loader {
         if failures.is_empty() {
             return results.into_iter().map(|r| r.map(|l| l.image)).collect();
         }
-        if let Some((_, e)) = failures.iter().find(|(_, e)| e.origin_status().is_some()) {
-            return Err(e.clone());
-        }
-        if let Some((_, e)) = failures.iter().find(|(_, e)| e.is_policy()) {
+        if let Some((_, e)) = Error::batch_representative(&failures) {
             return Err(e.clone());
         }
         Err(Error::Batch(failures.into()))

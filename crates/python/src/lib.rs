@@ -87,5 +87,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         settings.set_item(s.python, s.name)?;
     }
     m.add("SETTINGS", settings)?;
+    errors::init(m)?;
     Ok(())
 }

@@ -125,8 +125,10 @@ class Loader(_native.Loader):
 
     async def load_batch(self, urls: list[str], scope: str | None = None) -> list[numpy.ndarray]:
         """Every URL, loaded concurrently, in order. A failure raises the first error with an
-        origin status, else the first URL-policy error, else the only error, else a
-        :class:`BatchError` listing ``(index, error)`` for each."""
+        origin status, else the first URL-policy refusal (scheme, address, allowlist; a redirect
+        error, though a :class:`UrlPolicyError`, is not one), else the only error, else a
+        :class:`BatchError` listing ``(index, error)`` for each: the Rust loader's rule, plus
+        the only error raised as itself."""
         return await super().load_batch(urls, scope)
 
     @property

@@ -6,6 +6,8 @@ from typing import Any
 import numpy
 
 __version__: str
+# The mmcache.errors class names the native module raises (a test keeps it equal to errors.py).
+_ERROR_CLASSES: tuple[str, ...]
 
 class Pixels:
     """Owner of a decoded image's pixels; the `base` of every array a load returns."""
