@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use mmcache_scope::EmbeddingKey;
 
-use crate::{CacheStats, EMBEDDING_SIZING, ENTRY_OVERHEAD_BYTES, Gauges, WeightedCache};
+use crate::cache::{CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Sizing, WeightedCache};
 
 /// Largest metadata an embedding may carry: 64 KiB.
 pub const MAX_EMBEDDING_METADATA_BYTES: usize = 64 << 10;
@@ -17,6 +17,13 @@ pub const MAX_EMBEDDING_METADATA_BYTES: usize = 64 << 10;
 /// Default byte budget of the embedding cache: 1 GiB (`MMCACHE_EMBEDDING_CACHE_BYTES`), about
 /// a hundred 1024 px images of a 7B vision-language model.
 pub const DEFAULT_EMBEDDING_CACHE_BYTES: u64 = 1 << 30;
+
+/// Embeddings: typically a 2,048-wide f32 vector (8 KiB); at most a vision model's per-image
+/// token embeddings, e.g. 2,880 tokens x 4,096 dims x 2 bytes (23 MiB).
+const EMBEDDING_SIZING: Sizing = Sizing {
+    typical_entry: 8 << 10,
+    largest_entry: 32 << 20,
+};
 
 /// Element type of an embedding tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
