@@ -29,7 +29,8 @@ const DECODED_SIZING: Sizing = Sizing {
 /// two URLs are one `Arc` and are weighed once. The budget, entry cap and stats count images;
 /// the aliases are a bounded index beside them (see [`DecodedCache::with_max_pixels`]).
 ///
-/// Gauges: `mmcache_decoded_cache_entries`, `mmcache_decoded_cache_bytes`.
+/// Gauges: [`DECODED_CACHE_ENTRIES`](crate::metrics::DECODED_CACHE_ENTRIES),
+/// [`DECODED_CACHE_BYTES`](crate::metrics::DECODED_CACHE_BYTES).
 pub struct DecodedCache {
     inner: WeightedCache<Arc<DecodedImage>>,
     /// Identity key → content slot. An alias whose image was evicted is a miss (and is
@@ -68,8 +69,8 @@ impl DecodedCache {
     /// without a second decode).
     pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
         let gauges = Gauges::new(
-            "mmcache_decoded_cache_entries",
-            "mmcache_decoded_cache_bytes",
+            crate::metrics::DECODED_CACHE_ENTRIES,
+            crate::metrics::DECODED_CACHE_BYTES,
         );
         let sizing = Sizing {
             largest_entry: max_pixels

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use mmcache_scope::EmbeddingKey;
 
 use crate::cache::{CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Sizing, WeightedCache};
+use crate::metrics as names;
 
 /// Largest metadata an embedding may carry: 64 KiB.
 pub const MAX_EMBEDDING_METADATA_BYTES: usize = 64 << 10;
@@ -301,8 +302,8 @@ impl Embedding {
 /// than the budget is not stored (nor one heavier than a shard's share; see the crate's
 /// "Memory accounting").
 ///
-/// Gauges: `mmcache_embedding_cache_entries{tier="memory"}`,
-/// `mmcache_embedding_cache_bytes{tier="memory"}`.
+/// Gauges: [`EMBEDDING_CACHE_ENTRIES`](crate::metrics::EMBEDDING_CACHE_ENTRIES),
+/// [`EMBEDDING_CACHE_BYTES`](crate::metrics::EMBEDDING_CACHE_BYTES), `tier="memory"`.
 pub struct EmbeddingStore {
     inner: Option<WeightedCache<Embedding>>,
     max_bytes: u64,
@@ -332,8 +333,8 @@ impl EmbeddingStore {
     pub fn new(max_bytes: u64) -> Self {
         let inner = (max_bytes > 0).then(|| {
             let gauges = Gauges {
-                entries: metrics::gauge!("mmcache_embedding_cache_entries", "tier" => "memory"),
-                bytes: metrics::gauge!("mmcache_embedding_cache_bytes", "tier" => "memory"),
+                entries: metrics::gauge!(names::EMBEDDING_CACHE_ENTRIES, names::TIER => names::TIER_MEMORY),
+                bytes: metrics::gauge!(names::EMBEDDING_CACHE_BYTES, names::TIER => names::TIER_MEMORY),
             };
             WeightedCache::new(max_bytes, None, EMBEDDING_SIZING, gauges)
         });

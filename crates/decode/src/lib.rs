@@ -75,6 +75,7 @@ mod gif;
 mod image;
 mod jpeg;
 mod jpeg_choice;
+pub mod metrics;
 mod png;
 mod turbo;
 mod vllm;
