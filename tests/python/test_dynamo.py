@@ -7,11 +7,13 @@ import asyncio
 import base64
 import io
 import struct
+import time
 import zlib
 
 import pytest
 from conftest import Route, pixels_of, png
 from PIL import Image
+from test_dynamo_embeddings import Endpoint, dynamo_prometheus
 from test_loader import shared_key
 
 import mmcache
@@ -495,5 +497,103 @@ def test_properties():
     loader = ImageLoader()
     assert loader.cache_entries == 0
     assert loader.session_scoped_cache is False
-    assert loader.shared_image_cache_stats is None
+    assert loader.shared_image_cache_stats is None  # the shared tier is off, as in Dynamo
     assert dynamo.ImageLoader.CACHE_SIZE_MAXIMUM == 8
+
+
+GET_SECONDS = "dynamo_component_image_shared_cache_get_duration_seconds"
+SET_SECONDS = "dynamo_component_image_shared_cache_set_duration_seconds"
+
+
+def observed(text: str, name: str, outcome: str, size_bucket: str) -> float:
+    """The `_count` of one histogram series of a scrape (0 when the series is absent)."""
+    want = (f'outcome="{outcome}"', f'size_bucket="{size_bucket}"', 'model="m"')
+    for line in text.splitlines():
+        if line.startswith(name + "_count{") and all(w in line for w in want):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_dynamo_image_loader_metrics_scrape_the_shared_cache(origin, path, tmp_path, shared_env):
+    """Dynamo's own register_image_loader_metrics (from the wheel) drains our shared cache's
+    GET/SET samples into its histograms on each scrape, as it does Dynamo's loader."""
+    prometheus = dynamo_prometheus(tmp_path)
+    loader = ImageLoader(cache_size=0)  # no memory tier: the second load is a shared GET hit
+    endpoint = Endpoint()
+    prometheus.register_image_loader_metrics(endpoint, loader, "m", "worker")
+    assert len(endpoint.expfmt) == 1 and len(endpoint.typed) == 1
+    scrape = endpoint.expfmt[0]
+    assert observed(scrape(), GET_SECONDS, "miss", "unknown") == 0
+
+    data = png(9, 9, seed=21)  # well under 64 KiB
+    p = path()
+    url = origin.image(p, data)
+    run(loader.load_image(url))  # GET miss, origin, SET
+    assert loader.loader.flush(5.0)
+    first = scrape()
+    assert observed(first, GET_SECONDS, "miss", "unknown") == 1
+    assert observed(first, SET_SECONDS, "success", "le_64kib") == 1
+    assert observed(first, GET_SECONDS, "hit", "le_64kib") == 0
+    assert "dynamo_component_image_cache_entries{" in first
+
+    run(loader.load_image(url))  # GET hit
+    second = scrape()
+    assert origin.count(p) == 1
+    assert observed(second, GET_SECONDS, "hit", "le_64kib") == 1
+    assert observed(second, GET_SECONDS, "miss", "unknown") == 1  # cumulative in Dynamo's registry
+    assert observed(second, SET_SECONDS, "success", "le_64kib") == 1
+    # Drained: a scrape with no new operations observes nothing again.
+    third = scrape()
+    for name, outcome, bucket in [(GET_SECONDS, "hit", "le_64kib"),
+                                  (GET_SECONDS, "miss", "unknown"),
+                                  (SET_SECONDS, "success", "le_64kib")]:
+        assert observed(third, name, outcome, bucket) == observed(second, name, outcome, bucket)
+    assert endpoint.typed[0]() is not None
+
+
+def test_shared_image_cache_stats_snapshot_and_drain_shape(origin, path, shared_env):
+    """The shape Dynamo's SharedImageCacheStats gives: {(op, outcome, size_bucket): [secs]}."""
+    loader = ImageLoader()
+    stats = loader.shared_image_cache_stats
+    assert stats is loader.shared_image_cache_stats  # one object, as Dynamo's
+    assert stats.snapshot_and_drain() == {}
+    run(loader.load_image(origin.image(path(), png(5, 5, seed=22))))
+    assert loader.loader.flush(5.0)
+    drained = stats.snapshot_and_drain()
+    assert set(drained) == {("get", "miss", "unknown"), ("set", "success", "le_64kib")}
+    for samples in drained.values():
+        assert len(samples) == 1 and isinstance(samples[0], float) and 0 <= samples[0] < 30
+    assert stats.snapshot_and_drain() == {}
+    assert stats.dropped == 0
+
+
+@pytest.mark.parametrize("extra,misses", [({}, 1),
+                                           ({"MMCACHE_SHARED_IMAGE_CACHE_LEASE": "1",
+                                             "MMCACHE_SHARED_IMAGE_CACHE_WRITE_BEHIND": "1"}, 2)],
+                         ids=["defaults", "lease_write_behind"])
+def test_shared_image_cache_stats_with_default_hedging(origin, path, cluster, monkeypatch,
+                                                       extra, misses):
+    """Default settings (hedging on), and with the lease and write-behind: each real GET and
+    SET is one sample. The lease holder looks once more before it fills (a second miss);
+    lease commands are not sampled; a write-behind SET is sampled when it lands."""
+    for name, value in {"DYN_MM_SHARED_IMAGE_CACHE_ENABLED": "1",
+                        "DYN_MM_SHARED_IMAGE_CACHE_URL": cluster.url,
+                        "DYN_MM_ALLOW_INTERNAL": "1", **extra}.items():
+        monkeypatch.setenv(name, value)
+    loader = ImageLoader(cache_size=0)
+    stats = loader.shared_image_cache_stats
+    url = origin.image(path(), png(6, 7, seed=23))
+    run(loader.load_image(url))
+    assert loader.loader.flush(5.0)
+    run(loader.load_image(url))
+    want = {("get", "miss", "unknown"): misses, ("get", "hit", "le_64kib"): 1,
+            ("set", "success", "le_64kib"): 1}
+    got: dict = {}
+    # A hedged-away GET records when it ends: poll briefly (bounded) until it has.
+    for _ in range(100):
+        for series, samples in stats.snapshot_and_drain().items():
+            got[series] = got.get(series, 0) + len(samples)
+        if got == want:
+            break
+        time.sleep(0.1)
+    assert got == want

@@ -428,3 +428,77 @@ def test_a_cancelled_compute_is_an_error_for_the_waiters_not_their_cancellation(
     assert isinstance(raised, mmcache.EmbeddingComputeError), repr(raised)
     assert not isinstance(raised, asyncio.CancelledError)
     assert "cancelled" in str(raised)
+
+
+def test_get_reads_the_shared_tier_of_another_worker(cluster):
+    """`get` looks in memory, then the fleet tiers: a value another worker computed is found
+    without a compute, then kept in memory; what no tier has is None."""
+    value = np.arange(24, dtype=np.float32).reshape(4, 6)
+    writer = mmcache.Loader(shared_cache=True, shared_cache_url=cluster.url)
+    reader = mmcache.Loader(shared_cache=True, shared_cache_url=cluster.url)
+
+    async def body():
+        computed = Counter(value)
+        first = await writer.embeddings.get_or_compute("fleet-get", computed, model=MODEL)
+        assert (first.source, computed.runs) == ("computed", 1)
+        assert await writer.flush_async(20)
+        found = await reader.embeddings.get("fleet-get", model=MODEL)
+        assert found is not None and found.source == "shared"
+        np.testing.assert_array_equal(found.array, value)
+        again = await reader.embeddings.get("fleet-get", model=MODEL)
+        assert again.source == "memory"
+        assert await reader.embeddings.get("never-computed", model=MODEL) is None
+
+    run(body())
+
+
+LYING_SUBCLASS = r"""
+import asyncio, sys
+import numpy as np
+import mmcache
+
+class Liar(np.ndarray):
+    # Python-level attributes an ndarray subclass can override: none may be trusted for the
+    # memory read, only numpy's own view of the array.
+    @property
+    def nbytes(self):
+        return 4 << 30
+    @property
+    def shape(self):
+        return (1 << 15, 1 << 15)
+    @property
+    def __array_interface__(self):
+        d = dict(np.asarray(self).__array_interface__)
+        d["data"] = (8, True)
+        return d
+
+real = np.arange(12, dtype=np.float32).reshape(3, 4)
+liar = real.view(Liar)
+
+async def compute():
+    return liar
+
+async def main():
+    loader = mmcache.Loader()
+    got = await loader.embeddings.get_or_compute("liar", compute, model="m")
+    np.testing.assert_array_equal(got.array, real)
+    print("cached the real bytes", got.array.shape)
+
+asyncio.run(main())
+"""
+
+
+def test_an_ndarray_subclass_that_lies_about_its_memory_is_read_as_numpy_sees_it(tmp_path):
+    """A subclass's `nbytes`, `shape` or `__array_interface__` properties are Python code: read
+    through them, a hostile tensor would make the cache read arbitrary memory (a crash, in a
+    child process here). The array is read as numpy itself holds it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "liar.py"
+    script.write_text(LYING_SUBCLASS)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "cached the real bytes (3, 4)" in done.stdout

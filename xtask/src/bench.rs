@@ -21,6 +21,7 @@ use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 use crate::common::{self, ms, percentile};
 
 mod embed;
+mod embed_stream;
 mod fleet;
 mod local;
 mod outage;
@@ -263,7 +264,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
-            "embed" => rt.block_on(embed::rows(&o, &cluster))?,
+            "embed" => rt.block_on(embed::rows(&o, &cluster, &origin))?,
             _ => rt.block_on(fleet::zipf(&o, &cluster))?,
         };
         for r in &new_rows {
@@ -382,7 +383,7 @@ async fn shared_hit(
 fn hedge_note(loader: &Loader) -> String {
     let h = loader.hedge_stats();
     format!(
-        "hedged {} of {} GETs ({:.2} %), delay {} ms",
+        "hedged {} of {} GETs ({:.2} %), delay {:.1} ms",
         h.hedged,
         h.answered_gets,
         100.0 * h.hedged as f64 / h.answered_gets.max(1) as f64,

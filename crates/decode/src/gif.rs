@@ -19,7 +19,7 @@ use std::num::NonZeroU64;
 use gif::{ColorOutput, DecodeOptions, Decoder, MemoryLimit};
 
 use crate::error::Error;
-use crate::image::{ImageFormat, refusal};
+use crate::format::{ImageFormat, refusal};
 
 /// What the decoder may hold for metadata extensions (XMP, ICC), in the probe and the decode
 /// alike; counted in the decode's estimate.

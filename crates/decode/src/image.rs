@@ -1,280 +1,18 @@
 //! Sniffing and bounded decoding to RGB8.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use image::{DynamicImage, ImageReader};
 use mmcache_scope::ContentKey;
 
 use crate::error::{Error, Result};
+use crate::format::{ImageFormat, ImageFormats, refusal, sniff};
+use crate::jpeg_choice::JpegDecoder;
 use crate::{gif, jpeg, png, turbo, webp};
 
 /// Default pixel limit: 100 megapixels.
 pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
-
-/// A raster format mmcache decodes, sniffed from the bytes (never from the URL).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ImageFormat {
-    /// JPEG (baseline and progressive, CMYK included).
-    Jpeg,
-    /// PNG (any bit depth and colour type).
-    Png,
-    /// WebP (lossy and lossless).
-    WebP,
-    /// GIF (first frame).
-    Gif,
-}
-
-impl ImageFormat {
-    /// Lowercase name, for metric labels and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Jpeg => "jpeg",
-            Self::Png => "png",
-            Self::WebP => "webp",
-            Self::Gif => "gif",
-        }
-    }
-
-    const ALL: [ImageFormat; 4] = [Self::Jpeg, Self::Png, Self::WebP, Self::Gif];
-
-    fn bit(self) -> u8 {
-        match self {
-            Self::Jpeg => 1,
-            Self::Png => 2,
-            Self::WebP => 4,
-            Self::Gif => 8,
-        }
-    }
-
-    fn to_image(self) -> image::ImageFormat {
-        match self {
-            Self::Jpeg => image::ImageFormat::Jpeg,
-            Self::Png => image::ImageFormat::Png,
-            Self::WebP => image::ImageFormat::WebP,
-            Self::Gif => image::ImageFormat::Gif,
-        }
-    }
-}
-
-impl std::str::FromStr for ImageFormat {
-    type Err = ();
-
-    /// `jpeg` (or `jpg`), `png`, `webp`, `gif`, in any case.
-    fn from_str(s: &str) -> std::result::Result<Self, ()> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "jpeg" | "jpg" => Ok(Self::Jpeg),
-            "png" => Ok(Self::Png),
-            "webp" => Ok(Self::WebP),
-            "gif" => Ok(Self::Gif),
-            _ => Err(()),
-        }
-    }
-}
-
-/// The formats a worker accepts. Default: all four. Dynamo's Python `ImageLoader` accepts
-/// JPEG, PNG and WebP only ([`ImageFormats::DYNAMO`]); bytes of another format are refused
-/// with [`Error::FormatNotAccepted`] (415) and left in the shared caches for workers that
-/// accept them.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ImageFormats(u8);
-
-impl ImageFormats {
-    /// JPEG, PNG, WebP and GIF.
-    pub const ALL: Self = Self(0b1111);
-    /// JPEG, PNG and WebP: what Dynamo's Python `ImageLoader` opens.
-    pub const DYNAMO: Self = Self(0b0111);
-
-    /// Whether `format` is accepted.
-    pub fn contains(self, format: ImageFormat) -> bool {
-        self.0 & format.bit() != 0
-    }
-
-    /// True when no format is accepted (every image would be refused).
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// The accepted formats, in a fixed order.
-    pub fn iter(self) -> impl Iterator<Item = ImageFormat> {
-        ImageFormat::ALL
-            .into_iter()
-            .filter(move |f| self.contains(*f))
-    }
-}
-
-impl Default for ImageFormats {
-    fn default() -> Self {
-        Self::ALL
-    }
-}
-
-impl FromIterator<ImageFormat> for ImageFormats {
-    fn from_iter<I: IntoIterator<Item = ImageFormat>>(formats: I) -> Self {
-        Self(formats.into_iter().fold(0, |bits, f| bits | f.bit()))
-    }
-}
-
-impl std::fmt::Display for ImageFormats {
-    /// Comma-separated names: `jpeg,png,webp`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.iter().map(ImageFormat::as_str).collect();
-        f.write_str(&names.join(","))
-    }
-}
-
-impl std::fmt::Debug for ImageFormats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ImageFormats({self})")
-    }
-}
-
-impl std::str::FromStr for ImageFormats {
-    type Err = String;
-
-    /// A comma-separated list of format names (`jpeg,png,webp`); at least one, each known.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let mut formats = Self(0);
-        for name in s.split(',').filter(|n| !n.trim().is_empty()) {
-            let format: ImageFormat = name
-                .parse()
-                .map_err(|()| format!("unknown image format {:?}", name.trim()))?;
-            formats.0 |= format.bit();
-        }
-        if formats.is_empty() {
-            return Err("no image format named".into());
-        }
-        Ok(formats)
-    }
-}
-
-/// Identifies the format from the magic bytes.
-pub fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
-    match bytes {
-        [0xff, 0xd8, 0xff, ..] => Some(ImageFormat::Jpeg),
-        [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, ..] => Some(ImageFormat::Png),
-        [
-            b'R',
-            b'I',
-            b'F',
-            b'F',
-            _,
-            _,
-            _,
-            _,
-            b'W',
-            b'E',
-            b'B',
-            b'P',
-            ..,
-        ] => Some(ImageFormat::WebP),
-        [b'G', b'I', b'F', b'8', b'7' | b'9', b'a', ..] => Some(ImageFormat::Gif),
-        _ => None,
-    }
-}
-
-/// Which JPEG decoder decodes JPEG files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum JpegDecoder {
-    /// libjpeg-turbo, loaded at run time: Pillow's pixels, byte for byte.
-    LibjpegTurbo,
-    /// The pure-Rust decoder (zune-jpeg through `image`): no system library needed, pixels
-    /// within a few levels of Pillow's (see docs/decoding.md).
-    PureRust,
-}
-
-impl JpegDecoder {
-    /// `libjpeg-turbo` or `pure-rust`, for metric labels and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LibjpegTurbo => "libjpeg-turbo",
-            Self::PureRust => "pure-rust",
-        }
-    }
-}
-
-/// How the JPEG decoder is chosen (`MMCACHE_JPEG_DECODER`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum JpegDecoderChoice {
-    /// libjpeg-turbo when the library loads, else the pure-Rust decoder (the default).
-    #[default]
-    Auto,
-    /// libjpeg-turbo or a start-up error.
-    LibjpegTurbo,
-    /// Always the pure-Rust decoder.
-    PureRust,
-}
-
-impl std::str::FromStr for JpegDecoderChoice {
-    type Err = ();
-
-    /// `auto`, `libjpeg-turbo` or `pure-rust`.
-    fn from_str(s: &str) -> std::result::Result<Self, ()> {
-        match s.trim() {
-            "auto" => Ok(Self::Auto),
-            "libjpeg-turbo" => Ok(Self::LibjpegTurbo),
-            "pure-rust" => Ok(Self::PureRust),
-            _ => Err(()),
-        }
-    }
-}
-
-/// The outcome of choosing a JPEG decoder: which one, and why when it is not the one asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JpegSelection {
-    /// The decoder in use.
-    pub decoder: JpegDecoder,
-    /// The libjpeg-turbo library loaded at run time, when it is in use (`None` when the
-    /// linked-in one is: see [`JpegSelection::libjpeg_turbo_version`]).
-    pub library: Option<PathBuf>,
-    /// The version of the libjpeg-turbo in use, when known: that of the one linked in with the
-    /// `vendored-libjpeg-turbo` feature (a library loaded at run time does not say).
-    pub libjpeg_turbo_version: Option<&'static str>,
-    /// Why `Auto` fell back to the pure-Rust decoder.
-    pub fallback_reason: Option<String>,
-}
-
-/// Chooses the JPEG decoder once, at start-up: loads libturbojpeg from `library` (or the
-/// usual names) unless the choice is [`JpegDecoderChoice::PureRust`].
-///
-/// # Errors
-///
-/// [`Error::JpegDecoderUnavailable`] when [`JpegDecoderChoice::LibjpegTurbo`] is asked and the
-/// library does not load.
-pub fn select_jpeg_decoder(
-    choice: JpegDecoderChoice,
-    library: Option<&Path>,
-) -> Result<JpegSelection> {
-    if choice == JpegDecoderChoice::PureRust {
-        return Ok(JpegSelection {
-            decoder: JpegDecoder::PureRust,
-            library: None,
-            libjpeg_turbo_version: None,
-            fallback_reason: None,
-        });
-    }
-    match turbo::select(library) {
-        Ok(t) => Ok(JpegSelection {
-            decoder: JpegDecoder::LibjpegTurbo,
-            library: t.path().map(Path::to_owned),
-            libjpeg_turbo_version: t.version(),
-            fallback_reason: None,
-        }),
-        Err(reason) if choice == JpegDecoderChoice::Auto => Ok(JpegSelection {
-            decoder: JpegDecoder::PureRust,
-            library: None,
-            libjpeg_turbo_version: None,
-            fallback_reason: Some(reason),
-        }),
-        Err(reason) => Err(Error::JpegDecoderUnavailable(reason)),
-    }
-}
-
 /// Limits and choices applied to every decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -481,7 +219,9 @@ impl DecodedImage {
     /// these pixels (vLLM 0.33.0; it hashes pixels, mode and shape, not bytes). Computed on
     /// the first call (a pass over the pixels) and memoised; never on the load's path.
     pub fn vllm_hash(&self) -> [u8; 32] {
-        *self.vllm_hash.get_or_init(|| crate::vllm::hash(self))
+        *self
+            .vllm_hash
+            .get_or_init(|| crate::vllm::hash(self.width, self.height, &self.pixels))
     }
 
     /// The RGB8 pixels, borrowed (no copy).
@@ -581,21 +321,6 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         vllm_hash: OnceLock::new(),
         pixels,
     })
-}
-
-/// A refusal with its reason: `unsupported: …` reasons are [`Error::UnsupportedFeature`]
-/// (the decoder's limit, not the bytes' fault), anything else [`Error::Invalid`].
-pub(crate) fn refusal(format: ImageFormat, reason: String) -> Error {
-    match reason.strip_prefix("unsupported: ") {
-        Some(what) => Error::UnsupportedFeature {
-            format: format.as_str(),
-            reason: what.to_owned(),
-        },
-        None => Error::Invalid {
-            format: format.as_str(),
-            reason,
-        },
-    }
 }
 
 /// The `image` crate's decoders (WebP, and JPEG through zune-jpeg), bounded by the

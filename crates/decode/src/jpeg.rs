@@ -5,6 +5,8 @@
 //! whose declared blocks cannot be backed by its coded data (the classic "146 bytes that
 //! decode to 300 MB of grey"), and estimate the memory the decoder will hold.
 
+use crate::jpeg_choice::JpegDecoder;
+
 /// What the headers of a JPEG say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct JpegHeader {
@@ -41,10 +43,10 @@ const MAX_SCANS_LIBJPEG_TURBO: u32 = 500;
 const MAX_SCANS_PURE_RUST: u32 = 100;
 
 /// The most scans `decoder` decodes (a file with more is a CPU bomb: real files have ~10).
-pub(crate) fn max_scans(decoder: crate::JpegDecoder) -> u32 {
+pub(crate) fn max_scans(decoder: JpegDecoder) -> u32 {
     match decoder {
-        crate::JpegDecoder::LibjpegTurbo => MAX_SCANS_LIBJPEG_TURBO,
-        crate::JpegDecoder::PureRust => MAX_SCANS_PURE_RUST,
+        JpegDecoder::LibjpegTurbo => MAX_SCANS_LIBJPEG_TURBO,
+        JpegDecoder::PureRust => MAX_SCANS_PURE_RUST,
     }
 }
 

@@ -10,7 +10,7 @@ use std::io::Cursor;
 use png::{BitDepth, ColorType, Transformations};
 
 use crate::error::Error;
-use crate::image::{ImageFormat, refusal};
+use crate::format::{ImageFormat, refusal};
 
 /// What the chunks of a PNG say, before decoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

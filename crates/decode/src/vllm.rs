@@ -3,8 +3,6 @@
 //! `vllm/multimodal/hasher.py`). It hashes pixels, not bytes: the mode and the numpy array's
 //! dtype, shape and buffer, framed with lengths and container tags.
 
-use crate::DecodedImage;
-
 /// `_TAG_SEQUENCE`, `_TAG_MAPPING`, `_TAG_LEAF` in vLLM's framing.
 const SEQUENCE: u8 = 1;
 const MAPPING: u8 = 2;
@@ -31,8 +29,9 @@ impl Framer {
     }
 }
 
-/// The blake3 digest vLLM computes for `image` as the only keyword argument named `image`.
-pub(crate) fn hash(image: &DecodedImage) -> [u8; 32] {
+/// The blake3 digest vLLM computes for the `width` x `height` RGB8 image of `pixels` as the
+/// only keyword argument named `image`.
+pub(crate) fn hash(width: u32, height: u32, pixels: &[u8]) -> [u8; 32] {
     let mut h = Framer(blake3::Hasher::new());
     // iter_item_to_bytes("image", img): the key, then the value (a leaf: the PIL image).
     h.framed(b"image").tag(LEAF);
@@ -46,9 +45,9 @@ pub(crate) fn hash(image: &DecodedImage) -> [u8; 32] {
     h.framed(b"dtype").tag(LEAF).framed(b"|u1");
     h.framed(b"shape").tag(SEQUENCE).len(3);
     // Each dimension is an int: framed(np.array(n).tobytes()), an int64 on 64-bit Linux.
-    for n in [u64::from(image.height()), u64::from(image.width()), 3] {
+    for n in [u64::from(height), u64::from(width), 3] {
         h.tag(LEAF).framed(&(n as i64).to_le_bytes());
     }
-    h.framed(b"data").tag(LEAF).framed(image.pixels());
+    h.framed(b"data").tag(LEAF).framed(pixels);
     *h.0.finalize().as_bytes()
 }

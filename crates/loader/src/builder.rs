@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use mmcache_decode::{DecodeLimits, DecodedCache};
-use mmcache_origin::{Origin, OriginConfig};
-use mmcache_shared_cache::{SharedCache, SharedCacheConfig};
+use mmcache_origin::Origin;
+use mmcache_shared_cache::SharedCache;
 
 use crate::budget::DecodeBudget;
 use crate::hedge::{Hedge, HedgeSettings};
-use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, env, metrics};
+use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, metrics};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -300,46 +300,18 @@ impl LoaderBuilder {
     /// built.
     pub fn build(self) -> Result<Loader, ConfigError> {
         let config = self.config;
-        config.validate()?;
-        let mut origin_config = OriginConfig::default();
-        origin_config.allow_internal = config.allow_internal;
-        origin_config.allowed_domains = mmcache_origin::DomainAllowlist::new(
-            &config.allowed_media_domains,
-        )
-        .map_err(|reason| ConfigError::Invalid {
-            name: env::ALLOWED_MEDIA_DOMAINS,
-            value: reason.chars().take(64).collect(),
-            expected: "host names, *.host names or IP addresses",
-        })?;
-        origin_config.max_body_bytes = config.max_file_size_bytes;
-        origin_config.connect_timeout = config.origin_connect_timeout;
-        origin_config.timeout = config.origin_timeout;
-        // One budget for every body this loader downloads; a wait for it is bounded like the
-        // decode budget's (and by the fetch deadline, which covers the whole body).
-        origin_config.download_budget = Some(mmcache_origin::DownloadBudget::new(
-            config.download_memory_bytes,
-            config.decode_wait,
-        ));
-        let origin = Origin::new(origin_config).map_err(|e| ConfigError::Origin(e.to_string()))?;
-        let shared = match (&config.shared.enabled, &config.shared.url) {
-            (true, Some(url)) => {
-                let mut c = SharedCacheConfig::new(url.clone());
-                c.ttl = config.shared.ttl;
-                c.connect_timeout = config.shared.connect_timeout;
-                c.io_timeout = config.shared.io_timeout;
-                c.max_value_bytes = config.shared.max_value_bytes;
-                // A cached value may be as large as a download may be, never larger.
-                c.max_read_bytes =
-                    usize::try_from(config.max_file_size_bytes).unwrap_or(usize::MAX);
-                c.tls_root_ca_pem = config.shared.tls_root_ca_pem.clone();
-                c.breaker = config.shared.breaker;
-                c.write_behind = config.shared.write_behind;
+        // The one check `Config::from_lookup` ran too, for the setters' values.
+        let checked = config.check(&Default::default())?;
+        let origin = Origin::new(config.origin_config(checked.allowlist))
+            .map_err(|e| ConfigError::Origin(e.to_string()))?;
+        let shared = match config.shared_cache_config() {
+            Some(mut c) => {
                 if let Some(clock) = self.clock {
                     c.clock = clock;
                 }
                 Some(SharedCache::new(c)?)
             }
-            _ => None,
+            None => None,
         };
         let jpeg = mmcache_decode::select_jpeg_decoder(
             config.jpeg_decoder,
@@ -379,16 +351,9 @@ impl LoaderBuilder {
             config.decode_memory_bytes,
             config.decode_wait,
         );
-        let disk = config.disk.dir.as_ref().map(|dir| {
-            let mut c = mmcache_disk_cache::DiskCacheConfig::new(dir);
-            c.max_bytes = config.disk.max_bytes;
-            c.ttl = config.disk.ttl;
-            c.group = config.disk.group;
-            c.timeout = config.disk.timeout;
-            // An entry may be as large as a download may be, never larger.
-            c.max_entry_bytes = config.max_file_size_bytes;
-            mmcache_disk_cache::DiskCache::new(c)
-        });
+        let disk = config
+            .disk_cache_config()
+            .map(mmcache_disk_cache::DiskCache::new);
         let decoded = DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,

@@ -273,8 +273,35 @@ impl Embeddings {
         Ok(EmbeddingLoaded { embedding, source })
     }
 
-    /// The cached embedding of `input` under `model` within `scope` (memory only for now);
-    /// `None` also when the call would bypass the caches.
+    /// The cached embedding of `input` under `model` within `scope`, from memory, then the
+    /// fleet tiers that are on (disk, then shared cache); `None` when none has it, or when the
+    /// call would bypass the caches. It never computes, and waits for no compute in flight and
+    /// no lease. A tier hit is kept in memory, as a compute's value is.
+    pub async fn find(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+    ) -> Option<EmbeddingLoaded> {
+        if let Some(embedding) = self.get(input, model, scope) {
+            return Some(EmbeddingLoaded {
+                embedding,
+                source: EmbeddingSource::Memory,
+            });
+        }
+        let s = &self.shared;
+        if !s.fleet.enabled() {
+            return None;
+        }
+        let key = self.key(input, model, scope)?;
+        let (embedding, source) = s.fleet.lookup(&key, model).await?;
+        s.insert(&key, embedding.clone());
+        Some(EmbeddingLoaded { embedding, source })
+    }
+
+    /// The embedding of `input` under `model` within `scope` held in memory, without a wait
+    /// ([`Embeddings::find`] also reads the fleet tiers); `None` also when the call would
+    /// bypass the caches.
     pub fn get(
         &self,
         input: &EmbeddingKeyInput,

@@ -59,8 +59,9 @@ impl ConfigError {
 }
 
 /// Why a `data:` URL was refused.
+///
+/// Exhaustive on purpose, as [`Error`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum DataUrlError {
     /// No comma between the header and the payload.
     #[error("data URL has no payload")]
@@ -83,8 +84,11 @@ pub enum DataUrlError {
 }
 
 /// A failed load. Cloneable, because every waiter of a joined load gets the same error.
+///
+/// Exhaustive on purpose (not `#[non_exhaustive]`): the workspace's consumers (the Python
+/// exception classes) map every variant with a `match` the compiler checks, so a new variant
+/// is a breaking change that must come with its mapping.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The origin (or the URL policy) refused or failed the download.
     #[error(transparent)]
@@ -179,5 +183,16 @@ impl Error {
             Self::Origin(e) => e.origin_status(),
             _ => None,
         }
+    }
+
+    /// The failure that stands for a failed batch (the rule of
+    /// [`Loader::load_batch`](crate::Loader::load_batch), and of the Python binding's): the
+    /// first with an origin HTTP status, else the first URL-policy refusal ([`Self::is_policy`]);
+    /// `None` when neither is there and the batch reports every failure ([`Self::Batch`]).
+    pub fn batch_representative(failures: &[(usize, Error)]) -> Option<&(usize, Error)> {
+        failures
+            .iter()
+            .find(|(_, e)| e.origin_status().is_some())
+            .or_else(|| failures.iter().find(|(_, e)| e.is_policy()))
     }
 }

@@ -105,6 +105,7 @@ pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
+pub use crate::config::{SETTINGS, Setting};
 #[doc(hidden)]
 pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
@@ -349,10 +350,7 @@ impl Loader {
         if failures.is_empty() {
             return results.into_iter().map(|r| r.map(|l| l.image)).collect();
         }
-        if let Some((_, e)) = failures.iter().find(|(_, e)| e.origin_status().is_some()) {
-            return Err(e.clone());
-        }
-        if let Some((_, e)) = failures.iter().find(|(_, e)| e.is_policy()) {
+        if let Some((_, e)) = Error::batch_representative(&failures) {
             return Err(e.clone());
         }
         Err(Error::Batch(failures.into()))

@@ -46,9 +46,9 @@ pub const LEASES: &str = "mmcache_shared_cache_lease_total";
 /// Loads that reached their overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`) and failed with 408.
 pub const LOAD_TIMEOUTS: &str = "mmcache_load_timeouts_total";
 /// Decoded-cache entries (gauge).
-pub const DECODED_CACHE_ENTRIES: &str = "mmcache_decoded_cache_entries";
+pub const DECODED_CACHE_ENTRIES: &str = mmcache_decode::metrics::DECODED_CACHE_ENTRIES;
 /// Decoded-cache weighed bytes (gauge).
-pub const DECODED_CACHE_BYTES: &str = "mmcache_decoded_cache_bytes";
+pub const DECODED_CACHE_BYTES: &str = mmcache_decode::metrics::DECODED_CACHE_BYTES;
 
 /// Buckets for the loader's duration histograms, in seconds (100 µs to 30 s).
 pub const DURATION_BUCKETS: [f64; 16] = [

@@ -43,8 +43,10 @@ impl PolicyViolation {
 }
 
 /// An origin download failure.
+///
+/// Exhaustive on purpose (not `#[non_exhaustive]`), as `mmcache_loader::Error`: a new variant
+/// is a breaking change that must come with its mapping.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The URL (or a redirect target) broke the URL policy.
     #[error("URL policy: {0}")]

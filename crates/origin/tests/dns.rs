@@ -50,16 +50,14 @@ fn a_good_host_resolves_at_once_while_hole_lookups_hang() {
             .collect();
         // Hole lookups have reached the name server (at least as many as the old pool had
         // threads) before the good host asks.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while (0..HOLES)
-            .filter(|i| dns.queries(&format!("hole{i}.test")) > 0)
-            .count()
-            < 8
-        {
-            assert!(Instant::now() < deadline, "hole lookups never started");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        dns.wait_for_lookups(
+            "hole",
+            HOLES,
+            8,
+            Duration::from_secs(5),
+            Duration::from_millis(200),
+        )
+        .await;
 
         let started = Instant::now();
         let got = origin.fetch(&format!("http://good.test:{port}/img")).await;

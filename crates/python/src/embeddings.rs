@@ -88,10 +88,11 @@ impl Embeddings {
         future_into_py_with_locals::<PerProcess, _, _>(py, locals, async move {
             let hit = loader
                 .embeddings()
-                .get(&call.input, &call.model, call.scope.as_ref());
-            Ok(Outcome(Ok(hit.map(|embedding| Loaded {
-                embedding,
-                source: EmbeddingSource::Memory,
+                .find(&call.input, &call.model, call.scope.as_ref())
+                .await;
+            Ok(Outcome(Ok(hit.map(|l| Loaded {
+                embedding: l.embedding,
+                source: l.source,
             }))))
         })
     }

@@ -21,6 +21,7 @@ mod errors;
 mod loader;
 mod pixels;
 mod runtime;
+mod shared_stats;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -76,8 +77,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<embeddings::Embeddings>()?;
     m.add_class::<embeddings::CachedEmbedding>()?;
     m.add_class::<tensor::TensorBytes>()?;
+    m.add_class::<shared_stats::SharedCacheStats>()?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Keyword of `Loader(...)` -> its environment variable, from the one declaration.
+    let settings = pyo3::types::PyDict::new(m.py());
+    for s in &mmcache_loader::SETTINGS {
+        settings.set_item(s.python, s.name)?;
+    }
+    m.add("SETTINGS", settings)?;
+    errors::init(m)?;
     Ok(())
 }

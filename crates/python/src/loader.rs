@@ -22,13 +22,8 @@ use crate::{errors, pixels};
 /// The native half of `mmcache.Loader` (whose `async def` methods await these futures).
 /// `Loader(**settings)` starts from the defaults and does not read the environment;
 /// `Loader(env=True, **settings)` reads the `DYN_MM_*`/`MMCACHE_*` variables first. Settings
-/// (all optional): `shared_cache`, `shared_cache_url`, `shared_cache_ttl_secs`,
-/// `shared_cache_connect_timeout_secs`, `shared_cache_io_timeout_secs`, `shared_cache_lease`,
-/// `shared_cache_tls_root_ca` (PEM bytes), `max_file_size_bytes`, `session_scoped`,
-/// `allow_internal`, `allowed_media_domains`, `disk_cache_dir`, `disk_cache_max_bytes`,
-/// `disk_cache_ttl_secs`, `decoded_cache_bytes`, `decoded_cache_entries`, `max_pixels`,
-/// `decode_memory_bytes`, `decode_concurrency`, `decode_wait_secs`, `origin_timeout_secs`,
-/// `origin_connect_timeout_secs`, `embedding_cache_bytes`.
+/// (all optional): one keyword per variable, declared with it in `mmcache_loader::SETTINGS`
+/// (`_native.SETTINGS` maps each keyword to its variable; docs/configuration.md lists them).
 #[pyclass(frozen, subclass, module = "mmcache._native")]
 pub(crate) struct Loader {
     /// Always `Some` until dropped (see the `Drop` impl).
@@ -168,6 +163,17 @@ impl Loader {
     #[getter]
     fn shared_cache_enabled(&self) -> bool {
         self.loader().shared_cache().is_some()
+    }
+
+    /// The shared cache's GET/SET latency samples (Dynamo's `SharedImageCacheStats` shape),
+    /// kept from the first call on; `None` when the shared cache is off. Every call returns a
+    /// view of the same buffer.
+    fn shared_cache_stats(&self) -> PyResult<Option<crate::shared_stats::SharedCacheStats>> {
+        runtime::check_owner(self.pid)?;
+        Ok(self
+            .loader()
+            .shared_cache()
+            .map(|c| crate::shared_stats::SharedCacheStats::start(c.clone(), self.pid)))
     }
 
     /// Waits up to `timeout_secs` for queued shared-cache writes; returns whether all landed.
@@ -332,6 +338,24 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
+/// A duration setting in whole milliseconds (bounds: the builder's).
+fn millis(v: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    v.extract::<u64>().map(Duration::from_millis)
+}
+
+/// `disk_cache_group`: a gid, or a group name looked up in `/etc/group`.
+fn group(v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if let Ok(gid) = v.extract::<u32>() {
+        return Ok(gid);
+    }
+    let name: String = v.extract()?;
+    mmcache_loader::disk_cache::group_id(&name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "disk_cache_group={name:?}: expected a gid or the name of a group in /etc/group"
+        ))
+    })
+}
+
 /// `image_formats`: `"jpeg,png"` or `["jpeg", "png"]`.
 fn formats(v: &Bound<'_, PyAny>) -> PyResult<ImageFormats> {
     let list = match v.extract::<String>() {
@@ -375,6 +399,62 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "origin_timeout_secs" => b.origin_timeout(secs(name, v.extract()?)?),
         "origin_connect_timeout_secs" => b.origin_connect_timeout(secs(name, v.extract()?)?),
         "embedding_cache_bytes" => b.embedding_cache_bytes(v.extract()?),
+        "shared_cache_max_value_bytes" => b.shared_cache_max_value_bytes(v.extract()?),
+        "shared_cache_breaker"
+        | "shared_cache_breaker_failures"
+        | "shared_cache_breaker_cooldown_ms" => {
+            let mut breaker = b.config().shared.breaker;
+            match name {
+                "shared_cache_breaker" => breaker.enabled = v.extract()?,
+                "shared_cache_breaker_failures" => breaker.failures = v.extract()?,
+                _ => breaker.cooldown = millis(v)?,
+            }
+            b.shared_cache_breaker(breaker)
+        }
+        "shared_cache_lease_ttl_ms" | "shared_cache_lease_wait_ms" => {
+            let mut lease = b.config().shared.lease;
+            match name {
+                "shared_cache_lease_ttl_ms" => lease.ttl = millis(v)?,
+                _ => lease.wait = millis(v)?,
+            }
+            b.shared_cache_lease(lease)
+        }
+        "shared_cache_write_behind" | "shared_cache_write_behind_queue" => {
+            let mut write_behind = b.config().shared.write_behind;
+            match name {
+                "shared_cache_write_behind" => write_behind.enabled = v.extract()?,
+                _ => write_behind.max_queued = v.extract()?,
+            }
+            b.shared_cache_write_behind(write_behind)
+        }
+        "shared_cache_hedge" | "shared_cache_hedge_min_ms" | "shared_cache_hedge_max_ms" => {
+            let mut hedge = b.config().shared.hedge;
+            match name {
+                "shared_cache_hedge" => hedge.enabled = v.extract()?,
+                "shared_cache_hedge_min_ms" => hedge.min_delay = millis(v)?,
+                _ => hedge.max_delay = millis(v)?,
+            }
+            b.shared_cache_hedge(hedge)
+        }
+        "jpeg_decoder" => {
+            let choice: String = v.extract()?;
+            b.jpeg_decoder(choice.parse().map_err(|()| {
+                PyValueError::new_err(format!(
+                    "jpeg_decoder={choice:?}: expected auto, libjpeg-turbo or pure-rust"
+                ))
+            })?)
+        }
+        "libturbojpeg" => b.libturbojpeg(v.extract::<std::path::PathBuf>()?),
+        "disk_cache_group" => b.disk_cache_group(group(v)?),
+        "disk_cache_timeout_ms" => b.disk_cache_timeout(millis(v)?),
+        "load_timeout_secs" => {
+            let timeout: Option<f64> = v.extract()?;
+            b.load_timeout(timeout.map(|t| secs(name, t)).transpose()?)
+        }
+        "download_memory_bytes" => b.download_memory_bytes(v.extract()?),
+        "embedding_fleet" => b.embedding_fleet(v.extract()?),
+        "embedding_max_value_bytes" => b.embedding_max_value_bytes(v.extract()?),
+        "embedding_chunk_bytes" => b.embedding_chunk_bytes(v.extract()?),
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "Loader got an unexpected keyword argument '{name}'"

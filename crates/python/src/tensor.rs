@@ -101,6 +101,18 @@ pub(crate) fn from_array(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
 
 fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
     let py = array.py();
+    // A subclass can override `nbytes`, `shape`, `flags` or `__array_interface__` with Python
+    // code; the memory read below must follow numpy's own record of the array, so read a
+    // base-class view of it (no copy; numpy's C getters, which nothing overrides).
+    let base = numpy_attr(py, "ndarray")?;
+    let view;
+    let array = if array.get_type().is(&base) {
+        array
+    } else {
+        // `ndarray.view` itself, not an override of the subclass's.
+        view = base.getattr("view")?.call1((array, &base))?;
+        &view
+    };
     let np_dtype = array.getattr("dtype")?;
     let name: String = np_dtype.getattr("name")?.extract()?;
     let dtype = dtype_named(py, &name)?;

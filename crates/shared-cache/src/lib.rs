@@ -48,6 +48,7 @@ mod error;
 mod inspect;
 mod keyed;
 pub mod metrics;
+mod samples;
 mod slots;
 mod warn;
 mod write_behind;
@@ -67,6 +68,7 @@ pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
 pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
+pub use crate::samples::{DrainedSamples, MAX_PENDING_SAMPLES, SampleOp, SampleSeries};
 pub use crate::warn::{Clock, ManualClock, SystemClock};
 
 /// Default entry TTL (`DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS`).

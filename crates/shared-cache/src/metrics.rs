@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram};
 
+use crate::samples::SampleOp;
+
 /// GET latency histogram; labels `outcome` (`hit`, `miss`, `error`) and `size_bucket`.
 pub const GET_DURATION: &str = "dynamo_component_image_shared_cache_get_duration_seconds";
 /// SET latency histogram; labels `outcome` (`success`, `error`) and `size_bucket`.
@@ -151,6 +153,8 @@ pub(crate) struct Handles {
     errors: [OnceLock<Counter>; OPS.len() * KINDS.len()],
     /// Skips by op and reason.
     skips: [OnceLock<Counter>; OPS.len() * REASONS.len()],
+    /// Raw GET/SET samples for a scraping exporter; set once enabled (see `samples.rs`).
+    pub(crate) samples: OnceLock<crate::samples::Samples>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -178,6 +182,9 @@ impl Handles {
                 metrics::histogram!(GET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
             })
             .record(elapsed.as_secs_f64());
+        if let Some(samples) = self.samples.get() {
+            samples.record(SampleOp::Get, outcome.as_str(), bucket, elapsed);
+        }
     }
 
     pub(crate) fn record_set(&self, outcome: WriteOutcome, len: usize, elapsed: Duration) {
@@ -193,6 +200,9 @@ impl Handles {
                 metrics::histogram!(SET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
             })
             .record(elapsed.as_secs_f64());
+        if let Some(samples) = self.samples.get() {
+            samples.record(SampleOp::Set, outcome.as_str(), bucket, elapsed);
+        }
     }
 
     pub(crate) fn record_delete(&self, outcome: WriteOutcome) {

@@ -114,6 +114,32 @@ impl TestDns {
         self.state().queries.get(&key(name)).copied().unwrap_or(0)
     }
 
+    /// Waits until at least `at_least` of the names `{prefix}{i}.test` (`i < count`) have been
+    /// asked for, then `settle` more, so that their lookups are parked in the resolver before
+    /// the caller goes on. Panics when that takes longer than `within`.
+    pub async fn wait_for_lookups(
+        &self,
+        prefix: &str,
+        count: usize,
+        at_least: usize,
+        within: Duration,
+        settle: Duration,
+    ) {
+        let deadline = Instant::now() + within;
+        while (0..count)
+            .filter(|i| self.queries(&format!("{prefix}{i}.test")) > 0)
+            .count()
+            < at_least
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{prefix}* lookups never reached the name server"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(settle).await;
+    }
+
     /// Runs the calling test with the system resolver pointed at a fresh server.
     ///
     /// In the test process this starts `test` (the test's name as the harness filters it) again

@@ -28,6 +28,9 @@ use crate::redis_files::{all_loopback_ips, make_tls_files, scratch_dir};
 
 const SLOTS: u16 = 16384;
 
+/// The node settings of the operator's kit, which every test node starts from.
+const DEPLOY_NODE_CONF: &str = include_str!("../../../deploy/redis/node.conf");
+
 /// The server binary the harness starts: `redis-server`, or the one named by
 /// `MMCACHE_TEST_SERVER` (a `valkey-server`, to run the same tests against Valkey; the
 /// harness's `redis` client speaks to both).
@@ -343,7 +346,12 @@ impl RedisCluster {
     }
 
     fn spawn(&self, node: &mut Node) -> anyhow::Result<()> {
+        // Every node starts from the settings operators deploy (deploy/redis/node.conf); the
+        // command line adds what is per node or per test and overrides the rest.
+        let conf = node.dir.join("deploy-node.conf");
+        std::fs::write(&conf, DEPLOY_NODE_CONF).with_context(|| format!("write {conf:?}"))?;
         let mut cmd = Command::new(server_binary());
+        cmd.arg(&conf);
         let port = node.port.to_string();
         let ip = node.ip.to_string();
         if let Some(tls) = &self.tls_dir {
@@ -367,41 +375,19 @@ impl RedisCluster {
         } else {
             cmd.args(["--port", &port]);
         }
-        cmd.args([
-            "--bind",
-            &ip,
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-        ])
-        .args([
-            "--cluster-node-timeout",
-            &self.opts.node_timeout_ms.to_string(),
-        ])
-        .args([
-            "--cluster-announce-ip",
-            &ip,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args([
-            "--repl-diskless-sync",
-            "yes",
-            "--repl-diskless-sync-delay",
-            "0",
-        ])
-        .args([
-            "--protected-mode",
-            "no",
-            "--daemonize",
-            "no",
-            "--logfile",
-            "redis.log",
-        ])
-        .args(["--cluster-require-full-coverage", "no"]);
+        cmd.args(["--bind", &ip, "--cluster-announce-ip", &ip])
+            // Tests fail over faster than a deployment would.
+            .args([
+                "--cluster-node-timeout",
+                &self.opts.node_timeout_ms.to_string(),
+            ])
+            .args([
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+            ])
+            .args(["--daemonize", "no", "--logfile", "redis.log"]);
         if let Some(pw) = &self.opts.password {
             cmd.args(["--requirepass", pw, "--masterauth", pw]);
         }

@@ -1,6 +1,7 @@
 //! Embedding scenarios of `cargo xtask bench` (`embed`): the cost of a memory hit, 64
 //! concurrent calls for one key, and encoder calls per image across several loaders with and
-//! without the fleet tiers.
+//! without the fleet tiers, a large read through the shared tier, and image hits while large
+//! embeddings stream (embed_stream.rs).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,12 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput};
+use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::RedisCluster;
 
 use super::{Measure, Opts, Row, worker};
 
 /// The model id every row uses (it names the processor setting too, as docs/embeddings.md asks).
-const MODEL: &str = "bench/encoder@max_pixels=1003520";
+pub(super) const MODEL: &str = "bench/encoder@max_pixels=1003520";
 /// What the fleet row's encoder costs per call: a GPU forward pass of a small model.
 const COMPUTE: Duration = Duration::from_millis(30);
 
@@ -40,25 +42,54 @@ fn encoder(
     }
 }
 
-pub(super) async fn rows(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
+pub(super) async fn rows(
+    o: &Opts,
+    cluster: &RedisCluster,
+    origin: &TestOrigin,
+) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![memory_hit(o).await?, one_key(o).await?];
     for fleet in [false, true] {
         rows.push(fleet_row(o, cluster, fleet).await?);
     }
     rows.push(large_shared_read(o, cluster).await?);
+    rows.push(super::embed_stream::image_hits_while_embeddings_stream(o, cluster, origin).await?);
     Ok(rows)
 }
 
-/// One Qwen2.5-VL-7B embedding of a 1024 px image (1300 tokens x 3584 bf16, 9.3 MB) read
-/// through the shared tier (chunked, checked, assembled) against a raw GETRANGE of a value of
-/// the same size from the same cluster.
-async fn large_shared_read(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Row> {
+/// One Qwen2.5-VL-7B embedding of a 1024 px image: 1300 tokens x 3584 bf16, 9.3 MB.
+pub(super) fn large_embedding() -> anyhow::Result<Embedding> {
     let (tokens, width) = (1300, 3584);
-    let e = Embedding::from_u16_bits(
+    Ok(Embedding::from_u16_bits(
         mmcache_loader::embeddings::DType::BF16,
         vec![tokens, width],
         (0..tokens * width).map(|i| i as u16).collect(),
-    )?;
+    )?)
+}
+
+/// Reads `key` through `reader`'s shared tier; its compute fails, so the tier must have it.
+pub(super) async fn read_from_shared(
+    reader: &Loader,
+    key: &EmbeddingKeyInput,
+) -> anyhow::Result<()> {
+    let got = reader
+        .embeddings()
+        .get_or_compute(key, MODEL, None, || async {
+            Err::<Embedding, _>(std::io::Error::other("the shared tier has it"))
+        })
+        .await?;
+    anyhow::ensure!(
+        got.source.as_str() == "shared",
+        "read from {:?}",
+        got.source
+    );
+    Ok(())
+}
+
+/// One large embedding (see [`large_embedding`]) read
+/// through the shared tier (chunked, checked, assembled) against a raw GETRANGE of a value of
+/// the same size from the same cluster.
+async fn large_shared_read(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Row> {
+    let e = large_embedding()?;
     let bytes = e.bytes().len();
     let writer = worker(Some(&cluster.url())).build()?;
     // No memory cache: every call of the reader goes to the shared tier.
@@ -103,17 +134,7 @@ async fn large_shared_read(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<R
         let b = Measure::from_latencies(n, started.elapsed(), vec![]);
         let started = Instant::now();
         for _ in 0..n {
-            let got = reader
-                .embeddings()
-                .get_or_compute(&key, MODEL, None, || async {
-                    Err::<Embedding, _>(std::io::Error::other("the shared tier has it"))
-                })
-                .await?;
-            anyhow::ensure!(
-                got.source.as_str() == "shared",
-                "read from {:?}",
-                got.source
-            );
+            read_from_shared(&reader, &key).await?;
         }
         let s = Measure::from_latencies(n, started.elapsed(), vec![]);
         pairs.push((b, s));

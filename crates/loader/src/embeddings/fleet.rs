@@ -216,6 +216,23 @@ impl Fleet {
         }
     }
 
+    /// Disk, then shared cache, without a lock or a lease: a lookup that never computes. A
+    /// shared hit is written to the disk tier too, as it is before a compute.
+    pub(crate) async fn lookup(
+        &self,
+        key: &EmbeddingKey,
+        model: &str,
+    ) -> Option<(Embedding, EmbeddingSource)> {
+        if let Some(disk) = &self.disk
+            && let Some(e) = self.read_disk(disk, key, model).await
+        {
+            return Some((e, EmbeddingSource::Disk));
+        }
+        let e = self.read_shared(self.shared.as_ref()?, key, model).await?;
+        self.write_disk(key, model, &e, None);
+        Some((e, EmbeddingSource::Shared))
+    }
+
     /// Writes a computed value to the tiers, off the caller's path, then gives back the disk
     /// lock and the lease. [`crate::Loader::shutdown`] waits for these writes.
     pub(crate) fn after_compute(&self, key: &EmbeddingKey, model: &str, e: &Embedding, held: Held) {

@@ -12,9 +12,9 @@ pub const EVICTIONS: &str = "mmcache_embedding_cache_evictions_total";
 /// Entries not stored because heavier than the budget (or a budget of 0); label `tier`.
 pub const NOT_STORED: &str = "mmcache_embedding_cache_not_stored_total";
 /// Entries held (gauge); label `tier`. Recorded by `mmcache_decode::EmbeddingStore`.
-pub const ENTRIES: &str = "mmcache_embedding_cache_entries";
+pub const ENTRIES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_ENTRIES;
 /// Weighed bytes held (gauge); label `tier`. Recorded by `mmcache_decode::EmbeddingStore`.
-pub const BYTES: &str = "mmcache_embedding_cache_bytes";
+pub const BYTES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_BYTES;
 /// Computes run, by `outcome` (`ok`, `error`, `panic`, `cancelled`).
 pub const COMPUTES: &str = "mmcache_embedding_computes_total";
 /// Callers that joined a compute already in flight.

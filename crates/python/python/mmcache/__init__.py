@@ -91,15 +91,12 @@ class Loader(_native.Loader):
 
     ``Loader(**settings)`` starts from the defaults (the environment is not read);
     ``Loader.from_env(**settings)`` reads the ``DYN_MM_*``/``MMCACHE_*`` variables first, then
-    applies ``settings``. Settings (all optional, as the Rust builder's): ``shared_cache``,
-    ``shared_cache_url``, ``shared_cache_ttl_secs``, ``shared_cache_connect_timeout_secs``,
-    ``shared_cache_io_timeout_secs``, ``shared_cache_lease``, ``shared_cache_tls_root_ca``
-    (PEM bytes), ``max_file_size_bytes``, ``session_scoped``, ``allow_internal``,
-    ``allowed_media_domains``, ``disk_cache_dir``, ``disk_cache_max_bytes``,
-    ``disk_cache_ttl_secs``, ``decoded_cache_bytes``, ``decoded_cache_entries``,
-    ``max_pixels``, ``image_formats`` (``"jpeg,png,webp"`` or a list), ``decode_memory_bytes``,
-    ``decode_concurrency``, ``decode_wait_secs``,
-    ``origin_timeout_secs``, ``origin_connect_timeout_secs``, ``embedding_cache_bytes``.
+    applies ``settings``. Settings (all optional): one keyword per environment variable, e.g.
+    ``shared_cache_url``, ``shared_cache_ttl_secs``, ``shared_cache_hedge``,
+    ``shared_cache_breaker_failures``, ``disk_cache_dir``, ``jpeg_decoder``,
+    ``image_formats`` (``"jpeg,png,webp"`` or a list), ``max_file_size_bytes``;
+    ``mmcache._native.SETTINGS`` maps every keyword to its variable and
+    docs/configuration.md lists them with their types.
     A bad value raises :class:`ConfigError` (a ``ValueError``) naming it.
 
     Loads return a read-only ``numpy.ndarray`` of shape (H, W, 3), dtype uint8, viewing the
@@ -128,8 +125,10 @@ class Loader(_native.Loader):
 
     async def load_batch(self, urls: list[str], scope: str | None = None) -> list[numpy.ndarray]:
         """Every URL, loaded concurrently, in order. A failure raises the first error with an
-        origin status, else the first URL-policy error, else the only error, else a
-        :class:`BatchError` listing ``(index, error)`` for each."""
+        origin status, else the first URL-policy refusal (scheme, address, allowlist; a redirect
+        error, though a :class:`UrlPolicyError`, is not one), else the only error, else a
+        :class:`BatchError` listing ``(index, error)`` for each: the Rust loader's rule, plus
+        the only error raised as itself."""
         return await super().load_batch(urls, scope)
 
     @property

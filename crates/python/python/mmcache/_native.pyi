@@ -6,6 +6,8 @@ from typing import Any
 import numpy
 
 __version__: str
+# The mmcache.errors class names the native module raises (a test keeps it equal to errors.py).
+_ERROR_CLASSES: tuple[str, ...]
 
 class Pixels:
     """Owner of a decoded image's pixels; the `base` of every array a load returns."""
@@ -36,8 +38,16 @@ class Loader:
     def shared_cache_enabled(self) -> bool: ...
     @property
     def embeddings(self) -> Embeddings: ...
+    def shared_cache_stats(self) -> SharedCacheStats | None: ...
     def flush(self, timeout_secs: float = 5.0) -> bool: ...
     def flush_async(self, timeout_secs: float = 5.0) -> Any: ...
+
+class SharedCacheStats:
+    """Shared-cache GET/SET latency samples, in the shape of Dynamo's SharedImageCacheStats."""
+
+    def snapshot_and_drain(self) -> dict[tuple[str, str, str], list[float]]: ...
+    @property
+    def dropped(self) -> int: ...
 
 class Embedding:
     """One cached or computed embedding; exports DLPack 1.0, read-only."""

@@ -15,9 +15,16 @@ Differences, all deliberate (listed in crates/python/README.md): a memory hit re
 ``PIL.Image`` over the cached pixels (Dynamo returns one shared, mutable object); decoding,
 caching and HTTP run in Rust without the GIL; the local cache is bounded in bytes as well as
 in entries; a shared-cache write never holds a load past the hedge budget; images over the
-pixel limit are 413; ``enable_frontend_decoding=True`` (NIXL) is refused;
-``shared_image_cache_stats`` is ``None``: the shared-cache histograms are in
-``mmcache.metrics_text()`` under Dynamo's names.
+pixel limit are 413; ``enable_frontend_decoding=True`` (NIXL) is refused.
+
+Metrics: ``shared_image_cache_stats`` is, as in Dynamo, ``None`` when the shared cache is off
+and otherwise a buffer whose ``snapshot_and_drain()`` gives the latency samples of the shared
+cache's GETs and SETs, ``{(operation, outcome, size_bucket): [seconds, ...]}``, so Dynamo's
+``register_image_loader_metrics`` fills its histograms on the worker's ``/metrics``. Labels
+are Dynamo's; what Dynamo has no name for (lease commands, deletes, operations skipped by a
+breaker or a size cap) is not sampled, and a GET of an entry over the read cap is a ``hit``
+of size ``unknown`` (docs/dynamo-differences.md). The same histograms are also in
+``mmcache.metrics_text()``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
+from . import _native
 from . import errors as _errors
 from . import Loader
 
@@ -201,6 +209,8 @@ class ImageLoader:
             self._loader = Loader(environ=environ, **settings)
         except _errors.ConfigError as exc:
             raise ValueError(str(exc)) from None
+        # Sampling starts with the loader, as Dynamo's buffer does with its cache.
+        self._shared_stats = self._loader.shared_cache_stats()
 
     @property
     def cache_entries(self) -> int:
@@ -213,9 +223,10 @@ class ImageLoader:
         return self._loader.session_scoped
 
     @property
-    def shared_image_cache_stats(self) -> None:
-        """``None``: the shared-cache histograms are in ``mmcache.metrics_text()``."""
-        return None
+    def shared_image_cache_stats(self) -> _native.SharedCacheStats | None:
+        """Latency samples of the shared encoded-image cache (``snapshot_and_drain()``, read
+        by Dynamo's metrics export); ``None`` when the shared cache is off."""
+        return self._shared_stats
 
     @property
     def loader(self) -> Loader:

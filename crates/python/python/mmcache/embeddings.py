@@ -42,7 +42,8 @@ class Embeddings:
         return await self._native.get_or_compute(key, compute, model=model, scope=scope)
 
     async def get(self, key: str, *, model: str, scope: str | None = None) -> Embedding | None:
-        """The cached embedding of ``key`` under ``model``, or ``None``."""
+        """The cached embedding of ``key`` under ``model``, or ``None``: memory, then the disk
+        and shared tiers when they are on (a tier hit is kept in memory). It never computes."""
         return await self._native.get(key, model=model, scope=scope)
 
     @property

@@ -2,6 +2,10 @@
 
 Every class derives from :class:`MmcacheError`. Messages name the image's host, never its
 path, query or credentials, and never a cache URL.
+
+The native module (crates/python/src/errors.rs) imports every class here by name once, when it
+loads, and maps each Rust error to one with a match the compiler checks; a class added here
+needs its entry there (tests/python/test_errors.py checks that both lists agree).
 """
 
 from __future__ import annotations

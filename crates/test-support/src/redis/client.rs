@@ -226,3 +226,31 @@ fn push_raw(reply: &Value, out: &mut String) {
         other => out.push_str(&format!("{other:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ClusterOptions, RedisCluster};
+
+    /// Nodes start from deploy/redis/node.conf (a setting only that file sets is live), and the
+    /// command line still overrides it (the test's node timeout, not the file's 5000 ms).
+    #[test]
+    fn nodes_run_the_deployed_settings() {
+        let cluster = RedisCluster::start(ClusterOptions {
+            masters: 1,
+            node_timeout_ms: 1500,
+            ..ClusterOptions::default()
+        })
+        .expect("start a one-node cluster");
+        let get = |name: &str| {
+            cluster
+                .cli(0, &["CONFIG", "GET", name])
+                .expect("CONFIG GET")
+        };
+        assert_eq!(get("maxmemory-policy"), "maxmemory-policy\nallkeys-lru\n");
+        assert_eq!(
+            get("cluster-allow-reads-when-down"),
+            "cluster-allow-reads-when-down\nno\n"
+        );
+        assert_eq!(get("cluster-node-timeout"), "cluster-node-timeout\n1500\n");
+    }
+}

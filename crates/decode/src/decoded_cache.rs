@@ -1,0 +1,184 @@
+//! The decoded-image cache: images held once per content within a scope, each identity an
+//! alias to its image.
+
+use std::sync::Arc;
+
+use mmcache_scope::{CacheIdentity, ContentKey};
+use quick_cache::sync::Cache;
+
+use crate::cache::{
+    CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Key, Sizing, WeightedCache, identity_key,
+};
+use crate::{DEFAULT_MAX_PIXELS, DecodedImage};
+
+/// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).
+pub const DEFAULT_DECODED_CACHE_BYTES: u64 = 1 << 30;
+
+/// Decoded images: a typical 300 x 300 RGB image is 264 KiB; the largest is an image at the
+/// default pixel limit (300 MB).
+const DECODED_SIZING: Sizing = Sizing {
+    typical_entry: 256 << 10,
+    largest_entry: DEFAULT_MAX_PIXELS * 3 + ENTRY_OVERHEAD_BYTES,
+};
+
+/// The worker's decoded-image cache: `Arc<DecodedImage>` values, weighed in bytes.
+///
+/// Images are held once per content: by the content key of their encoded bytes within the
+/// identity's scope (scoped identities of one scope share, unscoped identities share among
+/// themselves, never across). Each identity is an alias to its image, so the same bytes under
+/// two URLs are one `Arc` and are weighed once. The budget, entry cap and stats count images;
+/// the aliases are a bounded index beside them (see [`DecodedCache::with_max_pixels`]).
+///
+/// Gauges: [`DECODED_CACHE_ENTRIES`](crate::metrics::DECODED_CACHE_ENTRIES),
+/// [`DECODED_CACHE_BYTES`](crate::metrics::DECODED_CACHE_BYTES).
+pub struct DecodedCache {
+    inner: WeightedCache<Arc<DecodedImage>>,
+    /// Identity key → content slot. An alias whose image was evicted is a miss (and is
+    /// dropped when found); evicting an alias frees nothing but that key.
+    aliases: Option<Cache<Key, Key>>,
+}
+
+impl std::fmt::Debug for DecodedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecodedCache")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The most aliases the index holds: identities that name a cached image (a 64-byte key and
+/// value, about 100 bytes with quick_cache's slot, outside the byte budget: 25 MiB at most).
+const MAX_ALIASES: u64 = 1 << 18;
+/// The entry weight the alias index is sized for when no entry cap is set.
+const ALIAS_SIZING_ENTRY: u64 = 4 << 10;
+
+impl DecodedCache {
+    /// A cache holding at most `max_bytes` of weighed entries and, when given, at most
+    /// `max_entries` entries (`Some(0)` turns it off, as `DYN_MM_IMAGE_CACHE_SIZE=0` does).
+    /// The cap is held by a minimum charge per entry; see the crate's "Memory accounting".
+    pub fn new(max_bytes: u64, max_entries: Option<usize>) -> Self {
+        Self::with_max_pixels(max_bytes, max_entries, DEFAULT_MAX_PIXELS)
+    }
+
+    /// Like [`DecodedCache::new`] for a pixel limit other than the default: the largest image
+    /// it lets through stays admissible (shards are sized so that it fits one).
+    ///
+    /// The alias index holds two identities per 4 KiB of budget (or per entry of the entry
+    /// cap), at least 1024 and at most 262,144: beyond that the least used identities lose
+    /// their alias and load again below memory (their bytes then find the image by content,
+    /// without a second decode).
+    pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
+        let gauges = Gauges::new(
+            crate::metrics::DECODED_CACHE_ENTRIES,
+            crate::metrics::DECODED_CACHE_BYTES,
+        );
+        let sizing = Sizing {
+            largest_entry: max_pixels
+                .saturating_mul(3)
+                .saturating_add(ENTRY_OVERHEAD_BYTES),
+            ..DECODED_SIZING
+        };
+        // Sized for small images too (a 4 KiB entry is about 37 x 37 px): sized by the
+        // typical entry alone, a budget full of thumbnails would lose its aliases and load
+        // them again below memory.
+        let images = max_entries.map_or(max_bytes / ALIAS_SIZING_ENTRY, |n| n as u64);
+        let aliases = (max_entries != Some(0))
+            .then(|| Cache::new(images.saturating_mul(2).clamp(1024, MAX_ALIASES) as usize));
+        Self {
+            inner: WeightedCache::new(max_bytes, max_entries, sizing, gauges),
+            aliases,
+        }
+    }
+
+    /// The image cached for `identity`; a hit counts as a use, which protects it from eviction.
+    pub fn get(&self, identity: &CacheIdentity) -> Option<Arc<DecodedImage>> {
+        let aliases = self.aliases.as_ref()?;
+        let id = identity_key(identity);
+        let slot = aliases.get(&id)?;
+        let image = self.inner.get(&slot);
+        if image.is_none() {
+            aliases.remove(&id); // its image was evicted
+        }
+        image
+    }
+
+    /// The image of the encoded bytes whose content key is `content`, cached under any
+    /// identity of `identity`'s scope (or under any unscoped identity, for an unscoped one).
+    pub fn get_content(
+        &self,
+        identity: &CacheIdentity,
+        content: &ContentKey,
+    ) -> Option<Arc<DecodedImage>> {
+        self.inner.get(&content_slot(identity, content))
+    }
+
+    /// Caches `image` for `identity` (replacing what `identity` named), evicting entries as
+    /// needed, and returns the image now held for it: an image of the same content already
+    /// cached in the scope is kept and shared, and returned instead of `image`. An image too
+    /// heavy for the budget is not stored, and `identity` then names nothing.
+    pub fn insert(&self, identity: &CacheIdentity, image: Arc<DecodedImage>) -> Arc<DecodedImage> {
+        let Some(aliases) = &self.aliases else {
+            return image;
+        };
+        let id = identity_key(identity);
+        let slot = content_slot(identity, &image.content_key());
+        if let Some(old) = aliases.get(&id).filter(|old| *old != slot) {
+            self.inner.remove(&old); // what `identity` named before goes, as without sharing
+        }
+        let held = match self.inner.get(&slot) {
+            Some(shared) => shared,
+            None => {
+                let weight = image.byte_len() as u64;
+                self.inner.insert(slot, image.clone(), weight);
+                if !self.inner.contains(&slot) {
+                    aliases.remove(&id); // too heavy: not stored
+                    return image;
+                }
+                image
+            }
+        };
+        aliases.insert(id, slot);
+        held
+    }
+
+    /// Forgets `identity` and its image (so its memory is freed); other identities of the same
+    /// content then miss and load it again.
+    pub fn remove(&self, identity: &CacheIdentity) {
+        if let Some((_, slot)) = self
+            .aliases
+            .as_ref()
+            .and_then(|a| a.remove(&identity_key(identity)))
+        {
+            self.inner.remove(&slot);
+        }
+    }
+
+    /// Forgets everything.
+    pub fn clear(&self) {
+        if let Some(aliases) = &self.aliases {
+            aliases.clear();
+        }
+        self.inner.clear();
+    }
+
+    /// Images and bytes held now (an operation still running on another thread may not be
+    /// counted yet). An image shared by several identities counts once.
+    pub fn stats(&self) -> CacheStats {
+        self.inner.stats()
+    }
+}
+
+/// Where the image of `content` lives for `identity`: its scope digest (or none) and the
+/// content key, hashed under a context of our own so a slot never equals an identity key.
+fn content_slot(identity: &CacheIdentity, content: &ContentKey) -> Key {
+    let mut h = blake3::Hasher::new_derive_key("mmcache 2026-12 decoded content slot v1");
+    match identity.scope_digest() {
+        None => h.update(&[0]),
+        Some(digest) => h.update(&[1]).update(digest.as_bytes()),
+    };
+    *h.update(content.as_bytes()).finalize().as_bytes()
+}
+
+#[cfg(test)]
+#[path = "decoded_cache_tests.rs"]
+mod tests;

@@ -1,0 +1,486 @@
+//! Tests of reading, checking and documenting the settings.
+
+use super::*;
+use std::collections::HashMap;
+
+fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    Config::from_lookup(|name| map.get(name).cloned())
+}
+
+#[test]
+fn defaults_match_the_design() {
+    let c = with(&[]).unwrap();
+    assert!(!c.shared.enabled);
+    assert_eq!(c.shared.ttl, Duration::from_secs(3600));
+    assert_eq!(c.shared.connect_timeout, Duration::from_millis(100));
+    assert_eq!(c.shared.io_timeout, Duration::from_secs(2));
+    assert_eq!(c.max_file_size_bytes, 64 << 20);
+    assert!(!c.session_scoped && !c.allow_internal);
+    assert_eq!(c.decoded_cache_entries, None);
+    assert_eq!(c.jpeg_decoder, JpegDecoderChoice::Auto);
+    assert_eq!(c.image_formats, ImageFormats::ALL);
+    assert_eq!(c.decode_memory_bytes, 2 << 30);
+    assert_eq!(c.decode_wait, Duration::from_secs(30));
+    assert_eq!(c.embedding_cache_bytes, 1 << 30);
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn good_values() {
+    let c = with(&[
+        (env::SHARED_ENABLED, "1"),
+        (env::SHARED_URL, "redis://cache:6379"),
+        (env::SHARED_TTL_SECS, "60"),
+        (env::SHARED_CONNECT_TIMEOUT_SECS, "0.25"),
+        (env::SHARED_IO_TIMEOUT_SECS, " 1.5 "),
+        (env::MAX_FILE_SIZE_MB, "8"),
+        (env::SESSION_SCOPED, "1"),
+        (env::ALLOW_INTERNAL, "1"),
+        (env::IMAGE_CACHE_SIZE, "0"),
+        (env::DECODED_CACHE_BYTES, "1048576"),
+        (env::MAX_PIXELS, "1000"),
+        (env::ORIGIN_TIMEOUT_SECS, "3"),
+        (env::EMBEDDING_CACHE_BYTES, "4096"),
+    ])
+    .unwrap();
+    assert_eq!(c.embedding_cache_bytes, 4096);
+    assert!(c.shared.enabled && c.session_scoped && c.allow_internal);
+    assert_eq!(c.shared.url.as_deref(), Some("redis://cache:6379"));
+    assert_eq!(c.shared.ttl, Duration::from_secs(60));
+    assert_eq!(c.shared.connect_timeout, Duration::from_millis(250));
+    assert_eq!(c.shared.io_timeout, Duration::from_millis(1500));
+    assert_eq!(c.max_file_size_bytes, 8 << 20);
+    assert_eq!(c.decoded_cache_entries, Some(0));
+    assert_eq!(c.decoded_cache_bytes, 1 << 20);
+    assert_eq!(c.max_pixels, 1000);
+    assert_eq!(c.origin_timeout, Duration::from_secs(3));
+    let c = with(&[
+        (env::SHARED_BREAKER, "0"),
+        (env::SHARED_BREAKER_FAILURES, "9"),
+        (env::SHARED_BREAKER_COOLDOWN_MS, "250"),
+        (env::SHARED_LEASE, "1"),
+        (env::SHARED_LEASE_TTL_MS, "7000"),
+        (env::SHARED_LEASE_WAIT_MS, "900"),
+        (env::SHARED_WRITE_BEHIND, "1"),
+        (env::SHARED_WRITE_BEHIND_QUEUE, "32"),
+    ])
+    .unwrap();
+    assert!(!c.shared.breaker.enabled && c.shared.lease.enabled && c.shared.write_behind.enabled);
+    assert_eq!(c.shared.breaker.failures, 9);
+    assert_eq!(c.shared.breaker.cooldown, Duration::from_millis(250));
+    assert_eq!(
+        (c.shared.lease.ttl, c.shared.lease.wait),
+        (Duration::from_secs(7), Duration::from_millis(900))
+    );
+    assert_eq!(c.shared.write_behind.max_queued, 32);
+    let c = with(&[
+        (env::SHARED_HEDGE, "0"),
+        (env::SHARED_HEDGE_MIN_MS, "5"),
+        (env::SHARED_HEDGE_MAX_MS, "80"),
+    ])
+    .unwrap();
+    assert!(!c.shared.hedge.enabled);
+    assert_eq!(c.shared.hedge.min_delay, Duration::from_millis(5));
+    assert_eq!(c.shared.hedge.max_delay, Duration::from_millis(80));
+    for (name, value) in [
+        (env::SHARED_HEDGE_MIN_MS, "300"), // above the default maximum
+        (env::SHARED_HEDGE_MAX_MS, "60001"),
+        (env::SHARED_HEDGE, "yes"),
+    ] {
+        let err = with(&[(name, value)]).unwrap_err().to_string();
+        assert!(err.contains(name), "{err}");
+    }
+    // Blank counts as unset.
+    assert_eq!(
+        with(&[(env::SHARED_TTL_SECS, "  ")]).unwrap().shared.ttl,
+        Duration::from_secs(3600)
+    );
+}
+
+#[test]
+fn every_bad_value_names_its_variable_and_value() {
+    let flags = [
+        env::SHARED_ENABLED,
+        env::SESSION_SCOPED,
+        env::ALLOW_INTERNAL,
+    ];
+    let flag_bad = ["2", "true", "yes", "-1", "01", "1.0", "on"];
+    let ints = [
+        env::SHARED_TTL_SECS,
+        env::MAX_FILE_SIZE_MB,
+        env::MAX_PIXELS,
+        env::SHARED_MAX_VALUE_BYTES,
+    ];
+    let int_bad = [
+        "0",
+        "-1",
+        "1.5",
+        "abc",
+        "1e3",
+        "+5",
+        "nan",
+        "99999999999999999999999",
+    ];
+    let zero_ok_ints = [
+        env::IMAGE_CACHE_SIZE,
+        env::DECODED_CACHE_BYTES,
+        env::EMBEDDING_CACHE_BYTES,
+    ];
+    let zero_ok_bad = ["-1", "1.5", "x", "inf"];
+    let secs = [
+        env::SHARED_CONNECT_TIMEOUT_SECS,
+        env::SHARED_IO_TIMEOUT_SECS,
+        env::ORIGIN_CONNECT_TIMEOUT_SECS,
+        env::ORIGIN_TIMEOUT_SECS,
+    ];
+    let secs_bad = [
+        "0", "-0.1", "nan", "NaN", "inf", "-inf", "1e400", "abc", "1e-12", "0x10",
+    ];
+    let mut cases = Vec::new();
+    for n in flags {
+        for v in flag_bad {
+            cases.push((n, v));
+        }
+    }
+    for n in ints {
+        for v in int_bad {
+            cases.push((n, v));
+        }
+    }
+    for n in zero_ok_ints {
+        for v in zero_ok_bad {
+            cases.push((n, v));
+        }
+    }
+    for n in secs {
+        for v in secs_bad {
+            cases.push((n, v));
+        }
+    }
+    for (name, value) in cases {
+        let err = with(&[(name, value)]).expect_err(&format!("{name}={value} must fail"));
+        let msg = err.to_string();
+        assert!(msg.contains(name), "{msg}");
+        assert!(msg.contains(value.trim()), "{msg}");
+        assert!(matches!(err, ConfigError::Invalid { .. }));
+    }
+}
+
+#[test]
+fn url_rules_and_secrecy() {
+    assert_eq!(
+        with(&[(env::SHARED_ENABLED, "1")]),
+        Err(ConfigError::MissingCacheUrl)
+    );
+    // A URL is kept out of Debug output.
+    let c = with(&[(env::SHARED_URL, "redis://:hunter2@cache:6379")]).unwrap();
+    assert!(!format!("{c:?}").contains("hunter2"));
+    let err = with(&[(env::SHARED_TLS_CA_FILE, "/nonexistent/ca.pem")]).unwrap_err();
+    assert!(err.to_string().contains(env::SHARED_TLS_CA_FILE));
+}
+
+#[test]
+fn hostile_values_are_truncated_in_messages() {
+    let long = "x".repeat(10_000);
+    let err = with(&[(env::MAX_PIXELS, &long)]).unwrap_err();
+    assert!(err.to_string().len() < 300);
+}
+
+#[test]
+fn decode_settings_are_read_and_checked() {
+    let c = with(&[
+        (env::JPEG_DECODER, "pure-rust"),
+        (env::DECODE_MEMORY_BYTES, "1048576"),
+        (env::DECODE_CONCURRENCY, "3"),
+        (env::DECODE_WAIT_SECS, "1.5"),
+        (env::LIBTURBOJPEG, "/opt/lib/libturbojpeg.so.0"),
+        (env::IMAGE_FORMATS, " JPG, png ,WebP"),
+    ])
+    .unwrap();
+    assert_eq!(c.jpeg_decoder, JpegDecoderChoice::PureRust);
+    assert_eq!(c.image_formats, ImageFormats::DYNAMO);
+    assert_eq!(c.image_formats.to_string(), "jpeg,png,webp");
+    assert_eq!(c.decode_memory_bytes, 1 << 20);
+    assert_eq!(c.decode_concurrency, 3);
+    assert_eq!(c.decode_wait, Duration::from_millis(1500));
+    assert_eq!(
+        c.libturbojpeg.as_deref(),
+        Some(std::path::Path::new("/opt/lib/libturbojpeg.so.0"))
+    );
+    for (name, value) in [
+        (env::JPEG_DECODER, "turbo"),
+        (env::DECODE_MEMORY_BYTES, "0"),
+        (env::DECODE_CONCURRENCY, "-1"),
+        (env::DECODE_CONCURRENCY, "99999999999"),
+        (env::DECODE_WAIT_SECS, "3601"),
+        (env::DECODE_WAIT_SECS, "1e19"),
+        (env::IMAGE_FORMATS, "jpeg,bmp"),
+        (env::IMAGE_FORMATS, " , "),
+    ] {
+        let err = with(&[(name, value)]).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains(value), "{err}");
+    }
+}
+
+#[test]
+fn disk_settings_are_read_and_bounded() {
+    let c = with(&[
+        (env::DISK_CACHE_DIR, " /var/cache/mmcache "),
+        (env::DISK_CACHE_MAX_BYTES, "1048576"),
+        (env::DISK_CACHE_TTL_SECS, "60"),
+        (env::DISK_CACHE_GROUP, " 2000 "),
+        (env::DISK_CACHE_TIMEOUT_MS, "250"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.disk.group, c.disk.timeout),
+        (Some(2000), Duration::from_millis(250))
+    );
+    // A group name is looked up in /etc/group, where root always is.
+    let root = with(&[(env::DISK_CACHE_GROUP, "root")]).unwrap();
+    assert_eq!(root.disk.group, Some(0));
+    let d = with(&[]).unwrap().disk;
+    assert_eq!((d.group, d.timeout), (None, Duration::from_secs(1)));
+    assert_eq!(
+        c.disk.dir.as_deref(),
+        Some(std::path::Path::new("/var/cache/mmcache"))
+    );
+    assert_eq!(
+        (c.disk.max_bytes, c.disk.ttl),
+        (1 << 20, Duration::from_secs(60))
+    );
+    for (name, value) in [
+        (env::DISK_CACHE_TTL_SECS, "31536001"),
+        (env::DISK_CACHE_TTL_SECS, "0"),
+        (env::DISK_CACHE_MAX_BYTES, "0"),
+        (env::DISK_CACHE_MAX_BYTES, "ten"),
+        (env::DISK_CACHE_GROUP, "no-such-group-here"),
+        (env::DISK_CACHE_TIMEOUT_MS, "0"),
+        (env::DISK_CACHE_TIMEOUT_MS, "3600001"),
+        (env::DISK_CACHE_TIMEOUT_MS, "1.5"),
+    ] {
+        let err = with(&[(name, value)]).unwrap_err().to_string();
+        assert!(err.contains(name), "{name}={value}: {err}");
+    }
+}
+
+#[test]
+fn allowed_media_domains_are_parsed_and_checked() {
+    let c = with(&[(
+        env::ALLOWED_MEDIA_DOMAINS,
+        " images.example.com, *.cdn.example.net ,",
+    )])
+    .unwrap();
+    assert_eq!(
+        c.allowed_media_domains,
+        ["images.example.com", "*.cdn.example.net"]
+    );
+    let err = with(&[(env::ALLOWED_MEDIA_DOMAINS, "ok.com,bad/host")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(env::ALLOWED_MEDIA_DOMAINS) && err.contains("bad/host"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_allowlist_refusal_reads_the_same_from_env_and_builder() {
+    // The allowlist is checked once: the same refusal reads the same either way.
+    let from_env = with(&[(env::ALLOWED_MEDIA_DOMAINS, "ok.com,bad/host")]).unwrap_err();
+    let from_builder = crate::Loader::builder()
+        .allowed_media_domains(["ok.com", "bad/host"])
+        .build()
+        .unwrap_err();
+    assert_eq!(from_env, from_builder);
+}
+
+#[test]
+fn a_bound_refused_after_parsing_echoes_the_value_as_given() {
+    // A bound refused after parsing echoes the value as it was given, in its own unit.
+    for (name, value) in [
+        (env::SHARED_LEASE_TTL_MS, "3600001"),
+        (env::SHARED_BREAKER_COOLDOWN_MS, "99999999999"),
+        (env::DISK_CACHE_TIMEOUT_MS, "3600001"),
+        (env::DECODE_WAIT_SECS, "1e19"),
+        (env::LOAD_TIMEOUT_SECS, "3601"),
+    ] {
+        let err = with(&[(name, value)]).unwrap_err();
+        let ConfigError::Invalid { value: got, .. } = &err else {
+            panic!("{name}={value}: {err}");
+        };
+        assert_eq!(got, value, "{err}");
+    }
+}
+
+#[test]
+fn huge_durations_are_startup_errors_naming_the_variable() {
+    for (name, value) in [
+        (env::SHARED_IO_TIMEOUT_SECS, "1e19"),
+        (env::SHARED_CONNECT_TIMEOUT_SECS, "3601"),
+        (env::ORIGIN_TIMEOUT_SECS, "1e10"),
+        (env::ORIGIN_CONNECT_TIMEOUT_SECS, "86400"),
+        (env::SHARED_TTL_SECS, "31536001"),
+        (env::SHARED_TTL_SECS, "18446744073709551615"),
+        (env::SHARED_LEASE_TTL_MS, "3600001"),
+        (env::SHARED_LEASE_WAIT_MS, "18446744073709551615"),
+        (env::SHARED_BREAKER_COOLDOWN_MS, "99999999999"),
+    ] {
+        let err = with(&[(name, value)]).unwrap_err().to_string();
+        assert!(err.contains(name), "{name}={value}: {err}");
+    }
+    // The largest accepted values build a loader whose arithmetic does not overflow.
+    let c = with(&[
+        (env::SHARED_IO_TIMEOUT_SECS, "3600"),
+        (env::SHARED_CONNECT_TIMEOUT_SECS, "3600"),
+        (env::SHARED_TTL_SECS, "31536000"),
+    ])
+    .unwrap();
+    assert_eq!(c.shared.io_timeout, Duration::from_secs(3600));
+    // And the builder is held to the same rules.
+    let err = crate::Loader::builder()
+        .shared_cache_url("redis://127.0.0.1:1")
+        .shared_cache_io_timeout(Duration::MAX)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(env::SHARED_IO_TIMEOUT_SECS),
+        "{err}"
+    );
+}
+
+fn doc_text() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// The rows of docs/configuration.md's tables, by variable: (default cell, rule cell).
+fn documented() -> HashMap<String, (String, String)> {
+    let doc = doc_text();
+    let mut rows = HashMap::new();
+    let is_variable_row = |l: &&str| l.starts_with("| `DYN_MM_") || l.starts_with("| `MMCACHE_");
+    for line in doc.lines().filter(is_variable_row) {
+        let cells: Vec<&str> = line.trim_matches('|').splitn(3, " | ").collect();
+        let [name, default, rule] = cells[..] else {
+            panic!("not a three-cell row: {line}");
+        };
+        let name = name.trim().trim_matches('`').to_owned();
+        let old = rows.insert(name.clone(), (default.to_owned(), rule.trim().to_owned()));
+        assert!(old.is_none(), "{name} is documented twice");
+    }
+    rows
+}
+
+#[test]
+fn the_docs_list_every_setting_with_its_declared_default_and_rule() {
+    let mut rows = documented();
+    let mut wrong = Vec::new();
+    for s in &SETTINGS {
+        match rows.remove(s.name) {
+            None => wrong.push(format!("{}: no row", s.name)),
+            Some((default, _)) if default != s.default => {
+                wrong.push(format!(
+                    "{}: default {default:?}, declared {:?}",
+                    s.name, s.default
+                ));
+            }
+            Some((_, rule)) if !rule.starts_with(s.rule) => {
+                wrong.push(format!(
+                    "{}: rule {rule:.60?}, declared {:?}",
+                    s.name, s.rule
+                ));
+            }
+            Some(_) => {}
+        }
+        let keyword_row = format!("| `{}` | `{}` |", s.python, s.name);
+        if !doc_text().contains(&keyword_row) {
+            wrong.push(format!("no Python keyword row {keyword_row}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/configuration.md:\n{}",
+        wrong.join("\n")
+    );
+    // Read by the Python package itself (crates/python/src/runtime.rs), not by a `Config`.
+    for python_only in ["MMCACHE_RUNTIME_THREADS", "MMCACHE_LOG"] {
+        rows.remove(python_only);
+    }
+    let stray: Vec<&String> = rows.keys().collect();
+    assert!(stray.is_empty(), "documented but not a setting: {stray:?}");
+}
+
+#[test]
+fn every_declared_default_is_the_default() {
+    for s in &SETTINGS {
+        // A value in backticks must read as the default itself; words ("unset", "twice the
+        // number of CPUs", "derived: ...") are held by `defaults_match_the_design`.
+        let Some(value) = s
+            .default
+            .strip_prefix('`')
+            .and_then(|d| d.split('`').next())
+        else {
+            continue;
+        };
+        let c = with(&[(s.name, value)]).unwrap();
+        assert_eq!(c, Config::default(), "{}={value}", s.name);
+    }
+    assert_eq!(env::ALL.len(), SETTINGS.len());
+    let mut keywords: Vec<&str> = SETTINGS.iter().map(|s| s.python).collect();
+    keywords.sort_unstable();
+    keywords.dedup();
+    assert_eq!(
+        keywords.len(),
+        SETTINGS.len(),
+        "a Python keyword is declared twice"
+    );
+}
+
+#[test]
+fn every_declared_bound_is_the_checked_bound() {
+    // What a setting needs besides itself to reach its bound.
+    let companions = |name: &str| match name {
+        n if n == env::EMBEDDING_CHUNK_BYTES => {
+            vec![(env::EMBEDDING_MAX_VALUE_BYTES, "4294967295")]
+        }
+        _ => vec![],
+    };
+    let mut checked = 0;
+    for s in &SETTINGS {
+        let floor_rule = ["integer > 0", "finite number > 0", "number > 0"];
+        if floor_rule.iter().any(|r| s.rule.starts_with(r)) {
+            let err = with(&[(s.name, "0")]).expect_err(s.name).to_string();
+            assert!(err.contains(s.name), "{err}");
+        }
+        if s.rule.starts_with("integer >= 0") {
+            with(&[(s.name, "0")]).unwrap();
+        }
+        let Some(max) = s.rule.split("<= ").nth(1).map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        }) else {
+            continue;
+        };
+        let Ok(max) = max.parse::<u64>() else {
+            continue; // "<= the maximum": a rule between settings, tested in `good_values`
+        };
+        let at = max.to_string();
+        let over = (max + 1).to_string();
+        let mut pairs = companions(s.name);
+        pairs.push((s.name, &at));
+        with(&pairs).unwrap_or_else(|e| panic!("{}={at} is within {:?}: {e}", s.name, s.rule));
+        pairs.pop();
+        pairs.push((s.name, &over));
+        let err = with(&pairs).expect_err(&over).to_string();
+        assert!(err.contains(s.name) && err.contains(&over), "{err}");
+        checked += 1;
+    }
+    // The shared TTL, disk TTL, four timeouts, three ms durations, decode concurrency and
+    // wait, hedge maximum, disk timeout, load timeout, embedding chunk.
+    assert_eq!(checked, 15);
+}

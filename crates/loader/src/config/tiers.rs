@@ -1,0 +1,58 @@
+//! Where settings go: the configurations of the origin client, the shared cache and the disk
+//! tier, made from a checked [`Config`] (the only place their fields are copied).
+
+use mmcache_disk_cache::DiskCacheConfig;
+use mmcache_origin::{DomainAllowlist, DownloadBudget, OriginConfig};
+use mmcache_shared_cache::SharedCacheConfig;
+
+use super::Config;
+
+impl Config {
+    /// The origin client's configuration, with the allowlist [`Config::check`] parsed.
+    pub(crate) fn origin_config(&self, allowlist: DomainAllowlist) -> OriginConfig {
+        let mut c = OriginConfig::default();
+        c.allow_internal = self.allow_internal;
+        c.allowed_domains = allowlist;
+        c.max_body_bytes = self.max_file_size_bytes;
+        c.connect_timeout = self.origin_connect_timeout;
+        c.timeout = self.origin_timeout;
+        // One budget for every body this loader downloads; a wait for it is bounded like the
+        // decode budget's (and by the fetch deadline, which covers the whole body).
+        c.download_budget = Some(DownloadBudget::new(
+            self.download_memory_bytes,
+            self.decode_wait,
+        ));
+        c
+    }
+
+    /// The shared cache's configuration; `None` when it is off.
+    pub(crate) fn shared_cache_config(&self) -> Option<SharedCacheConfig> {
+        let (true, Some(url)) = (self.shared.enabled, &self.shared.url) else {
+            return None;
+        };
+        let mut c = SharedCacheConfig::new(url.clone());
+        c.ttl = self.shared.ttl;
+        c.connect_timeout = self.shared.connect_timeout;
+        c.io_timeout = self.shared.io_timeout;
+        c.max_value_bytes = self.shared.max_value_bytes;
+        // A cached value may be as large as a download may be, never larger.
+        c.max_read_bytes = usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
+        c.tls_root_ca_pem = self.shared.tls_root_ca_pem.clone();
+        c.breaker = self.shared.breaker;
+        c.write_behind = self.shared.write_behind;
+        Some(c)
+    }
+
+    /// The disk tier's configuration; `None` when it is off.
+    pub(crate) fn disk_cache_config(&self) -> Option<DiskCacheConfig> {
+        let dir = self.disk.dir.as_ref()?;
+        let mut c = DiskCacheConfig::new(dir);
+        c.max_bytes = self.disk.max_bytes;
+        c.ttl = self.disk.ttl;
+        c.group = self.disk.group;
+        c.timeout = self.disk.timeout;
+        // An entry may be as large as a download may be, never larger.
+        c.max_entry_bytes = self.max_file_size_bytes;
+        Some(c)
+    }
+}
