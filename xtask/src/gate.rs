@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Debian packages the tests need, with the shell check that proves each is there.
-const PREREQUISITES: [(&str, &str); 5] = [
+const PREREQUISITES: [(&str, &str); 7] = [
     ("command -v redis-server", "redis-server"),
     // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
     // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
@@ -16,6 +16,10 @@ const PREREQUISITES: [(&str, &str); 5] = [
     ("python3 -c 'import ensurepip, venv'", "python3-venv"),
     // cjpeg writes the JPEG layouts Pillow cannot (odd sampling, arithmetic) for the parity test.
     ("command -v cjpeg", "libjpeg-turbo-progs"),
+    // The Python extension links libjpeg-turbo built from source (turbojpeg-sys): cmake builds
+    // it, nasm assembles its SIMD code (required: Pillow's build has it too).
+    ("command -v cmake", "cmake"),
+    ("command -v nasm", "nasm"),
     // promtool checks deploy/prometheus's alert rules.
     ("command -v promtool", "prometheus"),
 ];
@@ -35,23 +39,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     ensure_prerequisites()?;
     let python = python_venv(VENV)?;
-    step(
-        "pip download --no-deps ai-dynamo==1.6.1",
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "-d",
-            DYNAMO_WHEEL_DIR,
-            "ai-dynamo==1.6.1",
-        ]),
-    )?;
-    let wheel = std::env::current_dir()?
-        .join(DYNAMO_WHEEL_DIR)
-        .join(DYNAMO_WHEEL);
+    let wheel = dynamo_wheel(&python)?;
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
@@ -100,6 +88,27 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     crate::bench_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
+}
+
+/// Downloads the ai-dynamo wheel (pip skips it when present) with `python`; returns its path.
+pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
+    step(
+        "pip download --no-deps ai-dynamo==1.6.1",
+        Command::new(python).args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            DYNAMO_WHEEL_DIR,
+            "ai-dynamo==1.6.1",
+        ]),
+    )?;
+    Ok(std::env::current_dir()?
+        .join(DYNAMO_WHEEL_DIR)
+        .join(DYNAMO_WHEEL))
 }
 
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its

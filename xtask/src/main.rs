@@ -14,6 +14,8 @@
 //! - `bench-docs`: regenerate docs/benchmarks.md's table from docs/bench-results.json.
 //! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
 //!   sources, and the MSRV check; `test` runs it too.
+//! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
+//!   CPython 3.9 and 3.13 venvs and tests it with the host's libturbojpeg masked.
 
 mod bench;
 mod bench_docs;
@@ -24,6 +26,8 @@ mod fuzz;
 mod gate;
 mod package;
 mod svg;
+mod wheel;
+mod wheel_mask;
 
 use anyhow::bail;
 
@@ -40,9 +44,11 @@ usage: cargo xtask <command>
                        coverage-guided fuzzing, N s per target (default 20); fails on a crash or hang
   cluster [--masters N] [--tls]
                        start a local Redis Cluster until Enter is pressed
+  wheel [--target TRIPLE] [--test]
+                       the manylinux abi3 wheel into target/wheels; --test: install and test it
   bench-docs [--results FILE | --merge FILE] [--check]
                        regenerate docs/benchmarks.md's table from docs/bench-results.json
-  package              cargo package (verified), packaged doctests, MSRV check (part of test)";
+  package              cargo package (verified), packaged doctests, MSRV check (run before a release)";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -55,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "cluster" => common::run_cluster(&rest),
+        "wheel" => wheel::run(&rest),
         "package" => package::run(&rest),
         "bench-docs" => bench_docs::run(&rest),
         "" | "-h" | "--help" | "help" => {

@@ -59,8 +59,12 @@ impl std::str::FromStr for JpegDecoderChoice {
 pub struct JpegSelection {
     /// The decoder in use.
     pub decoder: JpegDecoder,
-    /// The libjpeg-turbo library loaded, when it is in use.
+    /// The libjpeg-turbo library loaded at run time, when it is in use (`None` when the
+    /// linked-in one is: see [`JpegSelection::libjpeg_turbo_version`]).
     pub library: Option<PathBuf>,
+    /// The version of the libjpeg-turbo in use, when known: that of the one linked in with the
+    /// `vendored-libjpeg-turbo` feature (a library loaded at run time does not say).
+    pub libjpeg_turbo_version: Option<&'static str>,
     /// Why `Auto` fell back to the pure-Rust decoder.
     pub fallback_reason: Option<String>,
 }
@@ -80,18 +84,21 @@ pub fn select_jpeg_decoder(
         return Ok(JpegSelection {
             decoder: JpegDecoder::PureRust,
             library: None,
+            libjpeg_turbo_version: None,
             fallback_reason: None,
         });
     }
     match turbo::select(library) {
         Ok(t) => Ok(JpegSelection {
             decoder: JpegDecoder::LibjpegTurbo,
-            library: Some(t.path().to_owned()),
+            library: t.path().map(Path::to_owned),
+            libjpeg_turbo_version: t.version(),
             fallback_reason: None,
         }),
         Err(reason) if choice == JpegDecoderChoice::Auto => Ok(JpegSelection {
             decoder: JpegDecoder::PureRust,
             library: None,
+            libjpeg_turbo_version: None,
             fallback_reason: Some(reason),
         }),
         Err(reason) => Err(Error::JpegDecoderUnavailable(reason)),

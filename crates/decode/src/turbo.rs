@@ -1,9 +1,12 @@
-//! libjpeg-turbo, loaded at run time through its TurboJPEG API (`libturbojpeg.so.0`).
+//! libjpeg-turbo through its TurboJPEG API: linked in when built with the
+//! `vendored-libjpeg-turbo` feature (libjpeg-turbo built from source by turbojpeg-sys), else
+//! loaded at run time (`libturbojpeg.so.0`).
 //!
 //! Pillow decodes JPEG with libjpeg-turbo (ISLOW DCT, fancy upsampling); so does this path,
-//! with the same settings, which gives the same pixels byte for byte. The library is loaded
-//! once per process, as Dynamo's Rust front end does, so building needs no C toolchain and a
-//! host without it still decodes (with the pure-Rust decoder, said at start-up and in metrics).
+//! with the same settings, which gives the same pixels byte for byte. Loaded at run time (the
+//! default for Rust users), building needs no C toolchain and a host without the library still
+//! decodes (with the pure-Rust decoder, said at start-up and in metrics); linked in (the Python
+//! wheel), no host library is needed at all. An explicit path is always loaded at run time.
 //! The TurboJPEG 2 entry points are used: libjpeg-turbo 2.x exports them and 3.x keeps them.
 
 // The crate's only unsafe code: calls into a C library through function pointers resolved
@@ -23,7 +26,8 @@ const TJERR_WARNING: c_int = 0;
 /// 2.1 ignore the flag: the probe counts scans itself (`jpeg::max_scans`).
 const TJFLAG_LIMITSCANS: c_int = 32768;
 
-/// The library names tried, in order, when no path is configured.
+/// The library names tried, in order, when no path is configured (and none is linked in).
+#[cfg(not(feature = "vendored-libjpeg-turbo"))]
 const NAMES: [&str; 4] = [
     "libturbojpeg.so.0",
     "libturbojpeg.so",
@@ -33,7 +37,10 @@ const NAMES: [&str; 4] = [
 
 /// The resolved TurboJPEG entry points; the library stays loaded for the process' life.
 pub(crate) struct Turbo {
-    path: PathBuf,
+    /// Where it was loaded from; `None` when linked in.
+    path: Option<PathBuf>,
+    /// libjpeg-turbo's version, known when linked in (a loaded library does not say).
+    version: Option<&'static str>,
     init: unsafe extern "C" fn() -> Handle,
     decompress: unsafe extern "C" fn(
         Handle,
@@ -49,22 +56,29 @@ pub(crate) struct Turbo {
     error_str: unsafe extern "C" fn(Handle) -> *mut c_char,
     error_code: unsafe extern "C" fn(Handle) -> c_int,
     destroy: unsafe extern "C" fn(Handle) -> c_int,
-    _library: libloading::Library,
+    _library: Option<libloading::Library>,
 }
 
 impl std::fmt::Debug for Turbo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Turbo").field("path", &self.path).finish()
+        f.debug_struct("Turbo")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .finish()
     }
 }
 
 static DEFAULT: OnceLock<Result<&'static Turbo, String>> = OnceLock::new();
 
-/// The library from `path`, or else the first of the usual names found; loaded once.
+/// The library from `path`, or else the linked-in one (with `vendored-libjpeg-turbo`), or else
+/// the first of the usual names found; loaded once.
 pub(crate) fn load(path: Option<&Path>) -> Result<&'static Turbo, String> {
     match path {
         // An explicit path is a deployment choice, made once at start-up: load it as asked.
         Some(path) => open(path).map(|t| &*Box::leak(Box::new(t))),
+        #[cfg(feature = "vendored-libjpeg-turbo")]
+        None => DEFAULT.get_or_init(|| Ok(&VENDORED)).clone(),
+        #[cfg(not(feature = "vendored-libjpeg-turbo"))]
         None => DEFAULT
             .get_or_init(|| {
                 let mut reasons = Vec::new();
@@ -88,16 +102,30 @@ fn open(path: &Path) -> Result<Turbo, String> {
     unsafe {
         let library = libloading::Library::new(path.as_os_str()).map_err(fail)?;
         Ok(Turbo {
-            path: path.to_owned(),
+            path: Some(path.to_owned()),
+            version: None,
             init: *library.get(b"tjInitDecompress\0").map_err(fail)?,
             decompress: *library.get(b"tjDecompress2\0").map_err(fail)?,
             error_str: *library.get(b"tjGetErrorStr2\0").map_err(fail)?,
             error_code: *library.get(b"tjGetErrorCode\0").map_err(fail)?,
             destroy: *library.get(b"tjDestroy\0").map_err(fail)?,
-            _library: library,
+            _library: Some(library),
         })
     }
 }
+
+/// libjpeg-turbo as linked into this binary (built from source by turbojpeg-sys).
+#[cfg(feature = "vendored-libjpeg-turbo")]
+static VENDORED: Turbo = Turbo {
+    path: None,
+    version: Some(env!("MMCACHE_LIBJPEG_TURBO_VERSION")),
+    init: turbojpeg_sys::tjInitDecompress,
+    decompress: turbojpeg_sys::tjDecompress2,
+    error_str: turbojpeg_sys::tjGetErrorStr2,
+    error_code: turbojpeg_sys::tjGetErrorCode,
+    destroy: turbojpeg_sys::tjDestroy,
+    _library: None,
+};
 
 static SELECTED: OnceLock<&'static Turbo> = OnceLock::new();
 
@@ -111,11 +139,14 @@ pub(crate) fn select(path: Option<&Path>) -> Result<&'static Turbo, String> {
             *SELECTED.get_or_init(|| t)
         }
     };
-    match path {
-        Some(p) if p != selected.path() => Err(format!(
+    match (path, selected.path()) {
+        (Some(p), Some(loaded)) if p != loaded => Err(format!(
             "libturbojpeg is already loaded from {}; a process uses one",
-            selected.path().display()
+            loaded.display()
         )),
+        (Some(_), None) => Err("libjpeg-turbo is linked in and already in use; a process \
+             uses one"
+            .into()),
         _ => Ok(selected),
     }
 }
@@ -181,9 +212,14 @@ impl Decompressor<'_> {
 }
 
 impl Turbo {
-    /// Where the library was loaded from.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// Where the library was loaded from; `None` when it is linked in.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// libjpeg-turbo's version, when known (linked in).
+    pub(crate) fn version(&self) -> Option<&'static str> {
+        self.version
     }
 
     /// Decodes `bytes` (already inspected: `width` x `height`, four components when `cmyk`)

@@ -331,6 +331,18 @@ impl LoaderBuilder {
             (None, None) => tracing::info!(decoder = jpeg.decoder.as_str(), "JPEG decoder"),
         }
         ::metrics::gauge!(metrics::JPEG_DECODER_INFO, "decoder" => jpeg.decoder.as_str()).set(1.0);
+        if jpeg.decoder == mmcache_decode::JpegDecoder::LibjpegTurbo {
+            // Linked in (the wheel) or loaded from a file; only the linked-in one knows its version.
+            let linkage = if jpeg.library.is_some() {
+                "run-time"
+            } else {
+                "vendored"
+            };
+            let version = jpeg.libjpeg_turbo_version.unwrap_or("unknown");
+            tracing::info!(linkage, version, "libjpeg-turbo");
+            ::metrics::gauge!(metrics::LIBJPEG_TURBO_INFO, "linkage" => linkage, "version" => version)
+                .set(1.0);
+        }
         let limits = DecodeLimits::with_max_pixels(config.max_pixels)
             .with_jpeg_decoder(jpeg.decoder)
             .with_formats(config.image_formats);

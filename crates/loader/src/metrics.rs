@@ -26,6 +26,9 @@ pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
 pub const CONTENT_SHARED: &str = "mmcache_decoded_content_shared_total";
 /// The JPEG decoder in use (gauge, 1); label `decoder` (`libjpeg-turbo`, `pure-rust`).
 pub const JPEG_DECODER_INFO: &str = "mmcache_jpeg_decoder_info";
+/// The libjpeg-turbo in use (gauge, 1); labels `linkage` (`vendored`, `run-time`) and
+/// `version` (`unknown` for a library loaded at run time).
+pub const LIBJPEG_TURBO_INFO: &str = "mmcache_libjpeg_turbo_info";
 /// Decode-budget reservations by `outcome` (`acquired`, `timeout`, `over_budget`).
 pub const DECODE_BUDGET: &str = "mmcache_decode_budget_total";
 /// Loads that bypassed every cache; label `reason` (`no_scope`).
@@ -103,6 +106,10 @@ pub fn describe() {
         "Loads that reached their overall deadline (408)"
     );
     describe_gauge!(JPEG_DECODER_INFO, "The JPEG decoder in use (label decoder)");
+    describe_gauge!(
+        LIBJPEG_TURBO_INFO,
+        "The libjpeg-turbo in use (labels linkage, version)"
+    );
     describe_counter!(
         DECODE_BUDGET,
         "Decode-budget reservations by outcome (acquired, timeout, over_budget)"
