@@ -484,3 +484,38 @@ fn every_declared_bound_is_the_checked_bound() {
     // wait, hedge maximum, disk timeout, load timeout, embedding chunk.
     assert_eq!(checked, 15);
 }
+
+#[test]
+fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
+    // The environment's parsers refuse 0 for these; a Config set in code (the builder, Python's
+    // keywords) reaches `validate` with 0 and must be refused there too, naming the variable.
+    type Set = fn(&mut Config);
+    let cases: [(&str, Set); 6] = [
+        (env::SHARED_MAX_VALUE_BYTES, |c| {
+            c.shared.max_value_bytes = 0
+        }),
+        (env::SHARED_BREAKER_FAILURES, |c| {
+            c.shared.breaker.failures = 0
+        }),
+        (env::SHARED_BREAKER_COOLDOWN_MS, |c| {
+            c.shared.breaker.cooldown = Duration::ZERO
+        }),
+        (env::SHARED_LEASE_TTL_MS, |c| {
+            c.shared.lease.ttl = Duration::ZERO
+        }),
+        (env::SHARED_LEASE_WAIT_MS, |c| {
+            c.shared.lease.wait = Duration::ZERO
+        }),
+        (env::SHARED_WRITE_BEHIND_QUEUE, |c| {
+            c.shared.write_behind.max_queued = 0
+        }),
+    ];
+    for (name, set) in cases {
+        let rule = SETTINGS.iter().find(|s| s.name == name).expect(name).rule;
+        assert!(rule.contains("> 0"), "{name}: {rule}");
+        let mut c = Config::default();
+        set(&mut c);
+        let err = c.validate().expect_err(name).to_string();
+        assert!(err.contains(name), "{err}");
+    }
+}
