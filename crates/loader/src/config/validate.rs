@@ -68,6 +68,12 @@ impl Config {
             ),
             (env::ORIGIN_TIMEOUT_SECS, self.origin_timeout),
             (env::DISK_CACHE_TIMEOUT_MS, self.disk.timeout),
+            (
+                env::SHARED_BREAKER_COOLDOWN_MS,
+                self.shared.breaker.cooldown,
+            ),
+            (env::SHARED_LEASE_TTL_MS, self.shared.lease.ttl),
+            (env::SHARED_LEASE_WAIT_MS, self.shared.lease.wait),
         ];
         for (name, d) in durations {
             if d.is_zero() {
@@ -145,6 +151,18 @@ impl Config {
             (env::MAX_PIXELS, self.max_pixels),
             (env::DECODE_MEMORY_BYTES, self.decode_memory_bytes),
             (env::DOWNLOAD_MEMORY_BYTES, self.download_memory_bytes),
+            (
+                env::SHARED_MAX_VALUE_BYTES,
+                self.shared.max_value_bytes as u64,
+            ),
+            (
+                env::SHARED_BREAKER_FAILURES,
+                u64::from(self.shared.breaker.failures),
+            ),
+            (
+                env::SHARED_WRITE_BEHIND_QUEUE,
+                self.shared.write_behind.max_queued as u64,
+            ),
         ];
         for (name, n) in positive {
             if n == 0 {
