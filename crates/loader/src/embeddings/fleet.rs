@@ -300,7 +300,12 @@ impl Fleet {
 
     /// Writes a value read from the shared cache to the disk tier (in the background).
     fn write_disk(&self, key: &EmbeddingKey, model: &str, e: &Embedding, lock: Option<FillLock>) {
-        let (Some(disk), Some(value)) = (self.disk.clone(), self.encode(key, model, e)) else {
+        // No disk tier: nothing to encode (a 9 MB value would be copied and hashed for nothing).
+        let Some(disk) = self.disk.clone() else {
+            drop(lock);
+            return;
+        };
+        let Some(value) = self.encode(key, model, e) else {
             drop(lock);
             return;
         };
