@@ -549,6 +549,16 @@ def test_dynamo_image_loader_metrics_scrape_the_shared_cache(origin, path, tmp_p
                                   (SET_SECONDS, "success", "le_64kib")]:
         assert observed(third, name, outcome, bucket) == observed(second, name, outcome, bucket)
     assert endpoint.typed[0]() is not None
+    # One endpoint serving Dynamo's registry and mmcache's text must not carry a family twice
+    # (Prometheus refuses a scrape with two TYPE lines for one name).
+    ours = mmcache.metrics_text()
+    assert f"# TYPE {GET_SECONDS} histogram" in ours and f"# TYPE {SET_SECONDS}" in ours
+    rest = mmcache.metrics_text(exclude_dynamo_shared_cache=True)
+    assert GET_SECONDS not in rest and SET_SECONDS not in rest
+    assert "mmcache_" in rest and rest.endswith("\n")
+    combined = (second + rest).splitlines()
+    types = [line.split()[2] for line in combined if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types)), "a family is exported twice"
 
 
 def test_shared_image_cache_stats_snapshot_and_drain_shape(origin, path, shared_env):
