@@ -27,9 +27,29 @@ mod tensor;
 use pyo3::prelude::*;
 
 /// The Prometheus text of every mmcache metric of this process (names as in docs/metrics.md).
+/// `exclude_dynamo_shared_cache=True` leaves out the two shared-cache histograms that carry
+/// Dynamo's names, for an endpoint that also serves Dynamo's `register_image_loader_metrics`
+/// (which fills them from `shared_image_cache_stats`): one family twice fails the scrape.
 #[pyfunction]
-fn metrics_text() -> String {
-    runtime::metrics().render()
+#[pyo3(signature = (*, exclude_dynamo_shared_cache = false))]
+fn metrics_text(exclude_dynamo_shared_cache: bool) -> String {
+    let text = runtime::metrics().render();
+    if !exclude_dynamo_shared_cache {
+        return text;
+    }
+    let dynamo = mmcache_loader::shared_cache::metrics::HISTOGRAMS;
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        let name = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+            .unwrap_or(line);
+        if !dynamo.iter().any(|family| name.starts_with(family)) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
 }
 
 /// The session scope of a request from its headers (a mapping or an iterable of pairs, as
