@@ -290,7 +290,7 @@ pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result
     step(
         "apt-get install",
         Command::new("apt-get")
-            .args(["install", "-y", "-qq"])
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;

@@ -11,7 +11,8 @@
 //!   `MMCACHE_JPEG_DECODER=libjpeg-turbo`.
 //!
 //! First it installs what is missing (cmake, nasm; for `--test` also redis-server and cjpeg)
-//! as the gate does, and target/venv (maturin, ziglang, auditwheel). `--test` checks before
+//! as the gate does, and target/venv (maturin; ziglang and auditwheel from
+//! tests/wheel/requirements-build.txt). `--test` checks before
 //! building that this user can mask a file at all (wheel_mask.rs): where it cannot, it fails
 //! in CI and, elsewhere, builds the wheel and says it skips the test.
 
@@ -75,8 +76,20 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         tools.push((have("command -v cjpeg"), "libjpeg-turbo-progs"));
     }
     ensure_debian_packages(&tools)?;
-    // maturin, ziglang and auditwheel come from tests/requirements.txt.
+    // maturin comes from tests/requirements.txt, ziglang and auditwheel from the wheel's own.
     let python = python_venv(VENV)?;
+    step(
+        "pip install -r tests/wheel/requirements-build.txt",
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            "tests/wheel/requirements-build.txt",
+        ]),
+    )?;
     let wheel = build(target.as_deref())?;
     if test {
         let dynamo = dynamo_wheel(&python)?;
