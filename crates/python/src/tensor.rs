@@ -84,7 +84,8 @@ pub(crate) fn from_compute(value: &Bound<'_, PyAny>) -> PyResult<Embedding> {
 /// A numpy array (read through its array interface) or any other DLPack tensor.
 pub(crate) fn from_array(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
     let py = array.py();
-    if array.is_instance(&numpy_attr(py, "ndarray")?)? {
+    // The type itself, not `isinstance`, which a `__class__` property can fake.
+    if array.get_type().is_subclass(&numpy_attr(py, "ndarray")?)? {
         return from_numpy(array);
     }
     if array.hasattr("__dlpack__")? && array.hasattr("__dlpack_device__")? {
