@@ -502,3 +502,22 @@ def test_an_ndarray_subclass_that_lies_about_its_memory_is_read_as_numpy_sees_it
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "cached the real bytes (3, 4)" in done.stdout
+
+
+def test_an_object_that_fakes_its_class_is_not_an_array():
+    """`isinstance` follows a `__class__` property; the type check does not."""
+
+    class Faker:
+        @property
+        def __class__(self):
+            return np.ndarray
+
+    fake = Faker()
+    assert isinstance(fake, np.ndarray)
+
+    async def compute():
+        return fake
+
+    loader = mmcache.Loader()
+    with pytest.raises(errors.EmbeddingTypeError, match="numpy array or a DLPack tensor"):
+        run(loader.embeddings.get_or_compute("faker", compute, model=MODEL))
