@@ -239,20 +239,26 @@ pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
             Command::new("python3").args(["-m", "venv", venv]),
         )?;
     }
+    pip_install(&python, "tests/requirements.txt")?;
+    // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
+    Ok(std::env::current_dir()?.join(python).display().to_string())
+}
+
+/// Installs the requirements file `requirements` into the venv of `python` (pip skips what is
+/// already there).
+pub(crate) fn pip_install(python: &str, requirements: &str) -> anyhow::Result<()> {
     step(
-        "pip install -r tests/requirements.txt",
-        Command::new(&python).args([
+        &format!("pip install -r {requirements}"),
+        Command::new(python).args([
             "-m",
             "pip",
             "install",
             "--quiet",
             "--disable-pip-version-check",
             "-r",
-            "tests/requirements.txt",
+            requirements,
         ]),
-    )?;
-    // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
-    Ok(std::env::current_dir()?.join(python).display().to_string())
+    )
 }
 
 /// Installs missing Debian packages when running as root; otherwise says the exact command.

@@ -21,7 +21,9 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::gate::{VENV, dynamo_wheel, ensure_debian_packages, have, python_venv, step};
+use crate::gate::{
+    VENV, dynamo_wheel, ensure_debian_packages, have, pip_install, python_venv, step,
+};
 
 /// The libjpeg-turbo the wheel links: the source turbojpeg-sys =1.2.0 ships (root Cargo.toml).
 pub(crate) const LIBJPEG_TURBO: &str = "3.1.0";
@@ -78,18 +80,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     ensure_debian_packages(&tools)?;
     // maturin comes from tests/requirements.txt, ziglang and auditwheel from the wheel's own.
     let python = python_venv(VENV)?;
-    step(
-        "pip install -r tests/wheel/requirements-build.txt",
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-            "tests/wheel/requirements-build.txt",
-        ]),
-    )?;
+    pip_install(&python, "tests/wheel/requirements-build.txt")?;
     let wheel = build(target.as_deref())?;
     if test {
         let dynamo = dynamo_wheel(&python)?;
