@@ -40,6 +40,16 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     ensure_prerequisites()?;
     let python = python_venv(VENV)?;
     let wheel = dynamo_wheel(&python)?;
+    // The fuzz workspace has a lock file of its own, which `cargo xtask fuzz` builds with
+    // `--locked`: a change to our crates' dependencies must update it too. Checked here, in a
+    // second, rather than at the end of CI.
+    step(
+        "fuzz/Cargo.lock is up to date",
+        Command::new("cargo")
+            .args(["metadata", "--locked", "--format-version", "1"])
+            .args(["--manifest-path", "fuzz/Cargo.toml"])
+            .stdout(std::process::Stdio::null()),
+    )?;
     step(
         "fmt",
         Command::new("cargo").args(["fmt", "--all", "--", "--check"]),
