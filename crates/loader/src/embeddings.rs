@@ -283,7 +283,11 @@ impl Embeddings {
         model: &str,
         scope: Option<&Scope>,
     ) -> Option<EmbeddingLoaded> {
-        if let Some(embedding) = self.get(input, model, scope) {
+        let Some(key) = self.key(input, model, scope) else {
+            self.shared.metrics.bypasses.increment(1);
+            return None;
+        };
+        if let Some(embedding) = self.memory_get(&key) {
             return Some(EmbeddingLoaded {
                 embedding,
                 source: EmbeddingSource::Memory,
@@ -293,7 +297,6 @@ impl Embeddings {
         if !s.fleet.enabled() {
             return None;
         }
-        let key = self.key(input, model, scope)?;
         let (embedding, source) = s.fleet.lookup(&key, model).await?;
         s.insert(&key, embedding.clone());
         Some(EmbeddingLoaded { embedding, source })
@@ -312,7 +315,12 @@ impl Embeddings {
             self.shared.metrics.bypasses.increment(1);
             return None;
         };
-        let hit = self.shared.store.get(&key);
+        self.memory_get(&key)
+    }
+
+    /// The memory cache's entry for `key`, counted as a hit or a miss.
+    fn memory_get(&self, key: &EmbeddingKey) -> Option<Embedding> {
+        let hit = self.shared.store.get(key);
         match hit {
             Some(_) => self.shared.metrics.hits.increment(1),
             None => self.shared.metrics.misses.increment(1),
