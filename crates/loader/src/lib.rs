@@ -105,7 +105,7 @@ pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
-pub use crate::config::{SETTINGS, Setting};
+pub use crate::config::{SETTINGS, Section, Setting};
 #[doc(hidden)]
 pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
