@@ -2,6 +2,8 @@
 //! keyword and reader are declared once, in [`crate::SETTINGS`] (which [`ALL`] is derived
 //! from, and docs/configuration.md's tables are generated from).
 
+use crate::error::ConfigError;
+
 /// `0` or `1`: use the shared cache.
 pub const SHARED_ENABLED: &str = "DYN_MM_SHARED_IMAGE_CACHE_ENABLED";
 /// `redis://` or `rediss://` discovery endpoint; required when enabled; never logged.
@@ -99,3 +101,28 @@ pub const DOWNLOAD_MEMORY_BYTES: &str = "MMCACHE_DOWNLOAD_MEMORY_BYTES";
 
 /// Every variable read by [`crate::Config::from_env`], in the order of [`crate::SETTINGS`].
 pub const ALL: [&str; super::settings::COUNT] = super::settings::names();
+
+/// Level of the log lines that the `mmcache` command and the Python package write on stderr;
+/// read by them through [`log_level`], not by a `Config`.
+pub const LOG: &str = "MMCACHE_LOG";
+
+/// Reads [`LOG`]'s text: blank is `warn`; otherwise `off`, `error`, `warn`, `info`, `debug` or
+/// `trace`, and anything else is an error naming the variable.
+pub fn log_level(value: &str) -> Result<tracing::level_filters::LevelFilter, ConfigError> {
+    use tracing::level_filters::LevelFilter;
+    Ok(match value.trim() {
+        "" | "warn" => LevelFilter::WARN,
+        "off" => LevelFilter::OFF,
+        "error" => LevelFilter::ERROR,
+        "info" => LevelFilter::INFO,
+        "debug" => LevelFilter::DEBUG,
+        "trace" => LevelFilter::TRACE,
+        other => {
+            return Err(ConfigError::invalid(
+                LOG,
+                other,
+                "off, error, warn, info, debug or trace",
+            ));
+        }
+    })
+}

@@ -458,3 +458,16 @@ fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
         assert!(err.contains(name), "{err}");
     }
 }
+
+#[test]
+fn the_log_level_is_read_once_for_the_command_and_the_package() {
+    use tracing::level_filters::LevelFilter;
+    assert_eq!(env::log_level("").unwrap(), LevelFilter::WARN);
+    assert_eq!(env::log_level(" off ").unwrap(), LevelFilter::OFF);
+    assert_eq!(env::log_level("debug").unwrap(), LevelFilter::DEBUG);
+    let err = env::log_level("verbose").unwrap_err().to_string();
+    assert!(
+        err.contains("MMCACHE_LOG") && err.contains("verbose"),
+        "{err}"
+    );
+}
