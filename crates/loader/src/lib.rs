@@ -2,9 +2,11 @@
 //! image as cheaply as possible.
 //!
 //! In order, a load is served by: the worker's byte-bounded decoded-image cache; a load of the
-//! same image already in flight in this process; the fleet's shared cache of encoded bytes on
-//! Redis Cluster or Dragonfly (optional, off by default, fails open); the origin over HTTP(S)
-//! with a hard size cap. Session scoping partitions every cache by a hashed session id.
+//! same image already in flight in this process; the host's disk tier of encoded bytes, shared
+//! by its worker processes (optional, off by default, fails open); the fleet's shared cache of
+//! encoded bytes on Redis Cluster, Valkey or Dragonfly (optional, off by default, fails open);
+//! the origin over HTTP(S) with a hard size cap. Session scoping partitions every cache (and
+//! the embedding caches, [`Loader::embeddings`]) by a hashed session id.
 //!
 //! # Examples
 //!
