@@ -103,7 +103,8 @@ pub mod metrics {
     pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
     /// Names and operations skipped, by `reason`: `link`, `not_regular`, `foreign` (owned by
     /// another user outside the group), `untrusted_dir`, `busy` (no permit in time),
-    /// `timeout`, `breaker_open`, `panicked`.
+    /// `stalled` (no permit in time, every one held by an operation past its deadline: counts
+    /// toward the breaker), `timeout`, `breaker_open`, `panicked`.
     pub const SKIPPED: &str = "mmcache_disk_cache_skipped_total";
     /// Times the breaker opened (the disk kept timing out or failing).
     pub const BREAKER_OPENS: &str = "mmcache_disk_cache_breaker_opens_total";
