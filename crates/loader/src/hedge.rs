@@ -317,6 +317,65 @@ mod tests {
         assert_eq!(h.delay(), Duration::from_millis(80));
     }
 
+    /// Drives `h` with `gets` GETs whose latencies `latency(i)` gives, each timed as the
+    /// loader times it: in time when it answers within the current delay, else late at the
+    /// delay. Returns the delays seen after each GET and how many GETs were late.
+    fn drive(
+        h: &Hedge,
+        gets: usize,
+        latency: impl Fn(usize) -> Duration,
+    ) -> (Vec<Duration>, usize) {
+        let mut late = 0;
+        let delays = (0..gets)
+            .map(|i| {
+                let delay = h.current_delay();
+                let took = latency(i);
+                if took < delay {
+                    h.observe(took);
+                } else {
+                    late += 1;
+                    h.observe_late(delay);
+                }
+                h.current_delay()
+            })
+            .collect();
+        (delays, late)
+    }
+
+    #[test]
+    fn a_cluster_uniformly_slower_than_four_floors_settles_above_its_latency() {
+        // Every GET takes 100 ms (over 4 x the 20 ms floor, under the 250 ms cap): once the
+        // delay has climbed past 100 ms it must stay there, not fall back to the 80 ms
+        // ceiling each time the late GETs become a minority and make them all late again.
+        let h = Hedge::new(HedgeSettings::default());
+        let _ = drive(&h, SAMPLES * 8, |_| Duration::from_millis(100));
+        let (delays, late) = drive(&h, SAMPLES * 16, |_| Duration::from_millis(100));
+        let lowest = delays.iter().min().unwrap();
+        assert!(
+            late == 0 && *lowest > Duration::from_millis(100),
+            "{late} of {} GETs late in steady state; the delay fell to {lowest:?}",
+            delays.len()
+        );
+    }
+
+    #[test]
+    fn a_slow_master_on_a_slow_machine_keeps_the_delay_within_four_floors() {
+        // Two masters answer in 25 ms (a saturated machine); the third stops 300 ms of every
+        // 320, so its GETs take anywhere from 1 to 320 ms and some answer in time.
+        let h = Hedge::new(HedgeSettings::default());
+        let latency = |i: usize| {
+            if i % 3 == 0 {
+                Duration::from_millis(1 + (i as u64 * 37) % 320)
+            } else {
+                Duration::from_millis(25)
+            }
+        };
+        let _ = drive(&h, SAMPLES * 8, latency);
+        let (delays, _) = drive(&h, SAMPLES * 16, latency);
+        let highest = delays.iter().max().unwrap();
+        assert!(*highest <= Duration::from_millis(80), "{highest:?}");
+    }
+
     #[test]
     fn hedges_are_budgeted_to_half_the_gets() {
         let h = Hedge::new(HedgeSettings::default());
