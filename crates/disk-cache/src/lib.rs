@@ -357,46 +357,6 @@ impl DiskCache {
         !self.expired(st) && len > 0 && len <= self.inner.config.max_entry_bytes
     }
 
-    /// Reads `digest`'s entry through the kept folder handles; when that finds nothing, again
-    /// from the configured path (the kept folder may have been removed or replaced; see `dirs`).
-    fn read(&self, digest: &str) -> FsResult<Found> {
-        let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
-        let kept = dirs.shard(aa, owners);
-        if let Some(shard) = &kept {
-            match self.read_in(&shard.fd, digest) {
-                Err(FsError::Missing) => {}
-                found => return found,
-            }
-        }
-        let fresh = dirs.reopen(&self.inner.config.dir, aa, owners)?;
-        if kept.is_some_and(|k| k.same(&fresh)) {
-            return Err(FsError::Missing); // the same folder: looked there already
-        }
-        self.read_in(&fresh.fd, digest)
-    }
-
-    fn read_in(&self, shard: &OwnedFd, digest: &str) -> FsResult<Found> {
-        let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
-        if self.expired(&st) {
-            if fsops::unlink_if_same(shard, digest, &st) {
-                bump(&self.inner.counters.evictions, 1);
-                ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
-            }
-            return Ok(Found::Expired);
-        }
-        if !self.valid(&st) {
-            return Ok(Found::Miss); // empty, or over this worker's cap
-        }
-        // Read at most the cap plus one byte, whatever the file grew to since the stat.
-        let cap = self.inner.config.max_entry_bytes;
-        let len = u64::try_from(st.st_size).unwrap_or(0);
-        let buf = fsops::read_capped(&mut file, len, cap)?;
-        if buf.len() as u64 > cap || buf.is_empty() {
-            return Ok(Found::Miss);
-        }
-        Ok(Found::Hit(Bytes::from(buf)))
-    }
-
     /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a
     /// temporary file, then renamed into place. Failures are counted and ignored; a write
     /// past the deadline goes on in the background (see [`DiskCache::flush`]).
