@@ -393,7 +393,7 @@ mod tests {
         // 320, so its GETs take anywhere from 1 to 320 ms and some answer in time.
         let h = Hedge::new(HedgeSettings::default());
         let latency = |i: usize| {
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 Duration::from_millis(1 + (i as u64 * 37) % 320)
             } else {
                 Duration::from_millis(25)
