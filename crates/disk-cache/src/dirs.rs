@@ -11,6 +11,10 @@
 //! configured path, afresh, and keeps what it opened there (or forgets the handles when the path
 //! no longer leads to a folder of ours). Writes, locks, removals and sweeps open their folders
 //! from the path every time, as before.
+//!
+//! The shard handles are kept only when the process may open [`KEEP_SHARDS_FROM`] files or more
+//! (its soft `RLIMIT_NOFILE`): 257 descriptors must stay a small share of what sockets and
+//! files need. Below that only `v1` is kept, and a hit also opens its shard folder.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -20,6 +24,9 @@ use bytes::Bytes;
 
 use crate::fsops::{self, FsError, FsResult, Owners};
 use crate::{DiskCache, Found, bump, metrics};
+
+/// The soft limit on open files from which the shard folders' handles are kept.
+pub(crate) const KEEP_SHARDS_FROM: u64 = 4096;
 
 /// A folder handle kept open, with the identity of the folder it was opened on.
 #[derive(Debug)]
@@ -49,6 +56,7 @@ type Slot = RwLock<Option<Arc<Kept>>>;
 #[derive(Debug)]
 pub(crate) struct Dirs {
     v1: Slot,
+    /// Empty when the shards' handles are not kept (a low limit on open files).
     shards: Box<[Slot]>,
 }
 
@@ -71,9 +79,13 @@ fn set(slot: &Slot, kept: Option<Arc<Kept>>) {
 impl Dirs {
     /// Handles to keep, starting with `v1` when the tier's start opened it.
     pub(crate) fn new(v1: Option<Arc<Kept>>) -> Self {
+        let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        let keep_shards = nofile.is_none_or(|n| n >= KEEP_SHARDS_FROM); // None: unlimited
         Self {
             v1: RwLock::new(v1),
-            shards: (0..256).map(|_| RwLock::new(None)).collect(),
+            shards: (0..if keep_shards { 256 } else { 0 })
+                .map(|_| RwLock::new(None))
+                .collect(),
         }
     }
 
@@ -83,15 +95,18 @@ impl Dirs {
         self.shards.get(usize::from(n))
     }
 
-    /// The kept shard folder `aa`, opened through the kept `v1` at its first use. `None` when
-    /// neither is kept and openable that way: the caller then looks from the path.
+    /// The kept shard folder `aa`, opened through the kept `v1` at its first use (and kept, when
+    /// shards are). `None` when that fails or `v1` is not kept: the caller then looks from the
+    /// path.
     pub(crate) fn shard(&self, aa: &str, owners: &Owners) -> Option<Arc<Kept>> {
-        let slot = self.slot(aa)?;
-        if let Some(kept) = get(slot) {
+        let slot = self.slot(aa);
+        if let Some(kept) = slot.and_then(get) {
             return Some(kept);
         }
         let kept = open_kept(&get(&self.v1)?.fd, aa, owners).ok()?;
-        set(slot, Some(kept.clone()));
+        if let Some(slot) = slot {
+            set(slot, Some(kept.clone()));
+        }
         Some(kept)
     }
 
