@@ -1,12 +1,14 @@
 //! Reads one entry N times (default 1000), to count what a disk hit costs:
 //!
 //! ```text
-//! cargo build -p mmcache-disk-cache --example disk_hits
-//! strace -f -c -o /tmp/hits.txt target/debug/examples/disk_hits 1000
+//! cargo build --release -p mmcache-disk-cache --example disk_hits
+//! strace -f -c -o /tmp/hits-1000.txt target/release/examples/disk_hits 1000
+//! strace -f -c -o /tmp/hits-2000.txt target/release/examples/disk_hits 2000
 //! ```
 //!
-//! Run it with two counts and divide the difference by the difference of the counts: what the
-//! start costs cancels out.
+//! The difference of the two counts, divided by 1000, is what a hit costs (the start cancels
+//! out): `openat`, `fstat`, two `read`s and `close`, besides the blocking pool's `futex`es. A
+//! debug build adds an `fcntl` per `close` (std checks that the descriptor was open).
 
 use std::time::Duration;
 
