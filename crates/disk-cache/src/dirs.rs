@@ -130,15 +130,20 @@ impl DiskCache {
     pub(crate) fn read(&self, digest: &str) -> FsResult<Found> {
         let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
         let kept = dirs.shard(aa, owners);
-        if let Some(shard) = &kept {
-            match self.read_in(&shard.fd, digest) {
-                Err(FsError::Missing) => {}
+        let first = match &kept {
+            Some(shard) => match self.read_in(&shard.fd, digest) {
+                // Nothing there, or an I/O error (a removed folder on NFS is ESTALE): the
+                // folder may be gone, so look from the path.
+                r @ Err(FsError::Missing | FsError::Io(_)) => Some(r),
                 found => return found,
-            }
-        }
+            },
+            None => None,
+        };
         let fresh = dirs.reopen(&self.inner.config.dir, aa, owners)?;
-        if kept.is_some_and(|k| k.same(&fresh)) {
-            return Err(FsError::Missing); // the same folder: looked there already
+        if let (Some(kept), Some(first)) = (&kept, first)
+            && kept.same(&fresh)
+        {
+            return first; // the same folder: looked there already
         }
         self.read_in(&fresh.fd, digest)
     }
