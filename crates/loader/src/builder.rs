@@ -302,9 +302,10 @@ impl LoaderBuilder {
         let config = self.config;
         // The one check `Config::from_lookup` ran too, for the setters' values.
         let checked = config.check(&Default::default())?;
-        let origin = Origin::new(config.origin_config(checked.allowlist))
+        let budget = config.download_budget();
+        let origin = Origin::new(config.origin_config(checked.allowlist, &budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
-        let shared = match config.shared_cache_config() {
+        let shared = match config.shared_cache_config(&budget) {
             Some(mut c) => {
                 if let Some(clock) = self.clock {
                     c.clock = clock;
