@@ -302,10 +302,11 @@ impl LoaderBuilder {
         let config = self.config;
         // The one check `Config::from_lookup` ran too, for the setters' values.
         let checked = config.check(&Default::default())?;
-        let budget = config.download_budget();
-        let origin = Origin::new(config.origin_config(checked.allowlist, &budget))
+        let download_budget = config.download_budget();
+        let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
+        let origin = Origin::new(config.origin_config(checked.allowlist, &download_budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
-        let shared = match config.shared_cache_config(&budget) {
+        let shared = match config.shared_cache_config(&download_budget) {
             Some(mut c) => {
                 if let Some(clock) = self.clock {
                     c.clock = clock;
@@ -380,6 +381,7 @@ impl LoaderBuilder {
                 inflight: DashMap::new(),
                 fill_locks: DashMap::new(),
                 background,
+                write_memory,
                 memory_hits,
                 metrics: metrics::Handles::new(),
                 embeddings,

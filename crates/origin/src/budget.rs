@@ -161,6 +161,23 @@ impl DownloadBudget {
         })
     }
 
+    /// Reserves `bytes` like [`DownloadBudget::reserve`] if they fit now, without waiting:
+    /// `None` when they do not (or exceed [`DownloadBudget::max_reservation`]).
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let pool = &self.inner.first;
+        let units = bytes.div_ceil(UNIT);
+        if units == 0 {
+            return Some(Reservation::default());
+        }
+        let units = u32::try_from(units).ok().filter(|&u| u <= pool.units)?;
+        let permit = pool.memory.clone().try_acquire_many_owned(units).ok()?;
+        Some(Reservation {
+            bytes: u64::from(units) * UNIT,
+            first: Some(permit),
+            growth: None,
+        })
+    }
+
     /// Grows `reservation` (a first step, once) by `more` bytes from the growth pool.
     ///
     /// # Errors
@@ -268,6 +285,19 @@ mod tests {
         assert_eq!(r.bytes(), 1024);
         drop(r);
         assert_eq!(budget.available(), 16 << 20);
+    }
+
+    #[tokio::test]
+    async fn try_reserve_never_waits() {
+        let budget = DownloadBudget::new(4 << 20, Duration::from_secs(3600));
+        let held = budget.try_reserve(2 << 20).expect("the whole half is free");
+        assert!(
+            budget.try_reserve(1).is_none(),
+            "the half is taken: no wait"
+        );
+        assert!(budget.try_reserve(3 << 20).is_none(), "more than a half");
+        drop(held);
+        assert_eq!(budget.try_reserve(1).map(|r| r.bytes()), Some(1024));
     }
 
     #[tokio::test]
