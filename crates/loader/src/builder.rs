@@ -353,9 +353,11 @@ impl LoaderBuilder {
             config.decode_memory_bytes,
             config.decode_wait,
         );
-        let disk = config
-            .disk_cache_config()
-            .map(mmcache_disk_cache::DiskCache::new);
+        let disk = config.disk_cache_config().map(|c| {
+            let disk = mmcache_disk_cache::DiskCache::new(c);
+            disk.set_read_memory(crate::config::disk_read_memory(&download_budget));
+            disk
+        });
         let decoded = DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,

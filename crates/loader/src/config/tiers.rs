@@ -66,6 +66,18 @@ impl Config {
     }
 }
 
+/// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]).
+pub(crate) fn disk_read_memory(budget: &DownloadBudget) -> mmcache_disk_cache::ReadMemory {
+    let budget = budget.clone();
+    Arc::new(move |len| {
+        let budget = budget.clone();
+        Box::pin(async move {
+            let reservation = budget.reserve(len).await.ok()?;
+            Some(Box::new(move |v| reservation.hold(v)) as mmcache_disk_cache::ReadHold)
+        })
+    })
+}
+
 /// Shared-cache reads reserved in the download budget. No room within the budget's wait: the
 /// value is not read, and the load goes to the origin, whose download waits for the same
 /// budget and fails as any download does (503, or 413) if it stays full (the shared tier
