@@ -161,9 +161,9 @@ pub struct SharedCacheConfig {
     pub io_timeout: Duration,
     /// Values larger than this are not written. Default [`DEFAULT_MAX_VALUE_BYTES`].
     pub max_value_bytes: usize,
-    /// Values larger than this are never read into memory: a GET reads at most this many bytes
-    /// plus one (`GETRANGE key 0 max`), and a longer value is reported as
-    /// [`GetOutcome::Oversized`]. Default [`DEFAULT_MAX_READ_BYTES`].
+    /// Values larger than this are never read into memory: a GET reads the value's length
+    /// with at most [`READ_STEP`] of its bytes, and a longer value than this is reported as
+    /// [`GetOutcome::Oversized`] without reading on. Default [`DEFAULT_MAX_READ_BYTES`].
     pub max_read_bytes: usize,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
