@@ -9,7 +9,7 @@ use mmcache_loader::shared_cache::entry_key;
 use mmcache_loader::{HedgeSettings, Loader, Source, scope::CacheIdentity};
 use mmcache_test_support::alloc::{Counting, peak_since, start_peak};
 use mmcache_test_support::images;
-use mmcache_test_support::origin::{Route, TestOrigin};
+use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
 #[global_allocator]
