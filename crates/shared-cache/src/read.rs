@@ -2,11 +2,12 @@
 //! the reservation is held by the returned [`Bytes`].
 //!
 //! A read is `STRLEN key` and `GETRANGE key 0 step-1` in one pipeline (one key, one node,
-//! one round trip) under a reservation of [`READ_STEP`]: a value that fits is whole, and the
-//! reservation is trimmed to it. A longer value (at most the read cap; a longer one is not
-//! read on) is read again whole under a reservation of its exact length, taken while holding
-//! nothing, so reads never wait on each other. A value that changed between the two reads is
-//! a miss.
+//! one round trip) under a reservation of [`READ_STEP`], taken without waiting from the first
+//! steps' own memory ([`ReadMemory::try_reserve_first`]; when it has no room, `STRLEN` alone
+//! first): a value that fits is whole, and the reservation is trimmed to it. A longer value
+//! (at most the read cap; a longer one is not read on) is read again whole under a
+//! reservation of its exact length, taken while holding nothing, so reads never wait on each
+//! other. A value that changed between the two reads is a miss.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +19,7 @@ use crate::conn::Failure;
 
 /// What a read reserves first, and the longest value read in one round trip: larger than
 /// nearly every image, small enough that many reads at once fit a budget.
-pub const READ_STEP: usize = 4 << 20;
+pub const READ_STEP: usize = 2 << 20;
 
 /// A boxed future, as [`ReadMemory::reserve`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -26,9 +27,17 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Memory for the values a [`SharedCache`] reads (the loader's download budget): every read
 /// reserves its bytes here before reading them.
 pub trait ReadMemory: Send + Sync {
-    /// Reserves `bytes`, waiting as long as the owner allows; `None` when there is no room
-    /// (the read is then not made: [`crate::GetOutcome::NoMemory`]).
+    /// Reserves `bytes` for a read of a value of that known length, waiting as long as the
+    /// owner allows; `None` when there is no room (the read is then not made:
+    /// [`crate::GetOutcome::NoMemory`]).
     fn reserve(&self, bytes: u64) -> BoxFuture<'_, Option<ReadHold>>;
+
+    /// Like [`ReadMemory::reserve`] without waiting, for a read's first step, made before the
+    /// value's length is known; `None` when there is no room now (the read then asks for the
+    /// length alone first). It should come from memory of its own: GETs to a node that hangs
+    /// keep their first steps until their deadline, and must hold nothing that other reads
+    /// (or origin downloads) wait for.
+    fn try_reserve_first(&self, bytes: u64) -> Option<ReadHold>;
 }
 
 /// Memory reserved for one value: [`ReadHold::hold`] turns the bytes read into [`Bytes`] that
@@ -73,26 +82,38 @@ impl SharedCache {
         max: usize,
     ) -> Result<Read, Failure> {
         let step = READ_STEP.min(max.max(1));
-        let Some(hold) = self.reserve_read(step).await else {
-            return Ok(Read::NoMemory);
+        let len = match self.first_step(step) {
+            Some(hold) => {
+                let (len, v) = self.strlen_getrange(op, key, step).await?;
+                if len == 0 {
+                    return Ok(Read::Miss);
+                }
+                if len > max {
+                    return Ok(Read::Oversized);
+                }
+                if len <= step {
+                    // Whole, unless the value changed between the two commands.
+                    return Ok(if v.len() == len {
+                        Read::Value(hold.finish(v))
+                    } else {
+                        Read::Miss
+                    });
+                }
+                len // longer: the step is given back (nothing held while waiting below)
+            }
+            None => {
+                // Every first step is taken (by GETs in flight, perhaps to a hung node): the
+                // length alone first, so this read waits for nothing those hold.
+                let len = self.strlen(op, key).await?;
+                if len == 0 {
+                    return Ok(Read::Miss);
+                }
+                if len > max {
+                    return Ok(Read::Oversized);
+                }
+                len
+            }
         };
-        let (len, v) = self.strlen_getrange(op, key, step).await?;
-        if len == 0 {
-            return Ok(Read::Miss);
-        }
-        if len > max {
-            return Ok(Read::Oversized);
-        }
-        if len <= step {
-            // Whole, unless the value changed between the two commands.
-            return Ok(if v.len() == len {
-                Read::Value(hold.finish(v))
-            } else {
-                Read::Miss
-            });
-        }
-        // Longer than a step: give the step back first (hold nothing while waiting).
-        drop((hold, v));
         let Some(hold) = self.reserve_read(len).await else {
             return Ok(Read::NoMemory);
         };
@@ -102,6 +123,26 @@ impl SharedCache {
         } else {
             Read::Miss // replaced by a longer value (or deleted) meanwhile
         })
+    }
+
+    /// A first step's reservation, taken without waiting; `None` when there is no room.
+    fn first_step(&self, bytes: usize) -> Option<Held> {
+        match &self.inner.config.read_memory {
+            None => Some(Held(None)),
+            Some(memory) => memory
+                .try_reserve_first(bytes as u64)
+                .map(|h| Held(Some(h))),
+        }
+    }
+
+    async fn strlen(&self, op: &'static str, key: &str) -> Result<usize, Failure> {
+        self.run(op, key, |mut conn, key| async move {
+            redis::cmd("STRLEN")
+                .arg(key)
+                .query_async::<usize>(&mut conn)
+                .await
+        })
+        .await
     }
 
     async fn reserve_read(&self, bytes: usize) -> Option<Held> {

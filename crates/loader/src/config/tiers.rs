@@ -45,7 +45,7 @@ impl Config {
         c.max_value_bytes = self.shared.max_value_bytes;
         // A cached value may be as large as a download may be, never larger.
         c.max_read_bytes = usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
-        c.read_memory = Some(Arc::new(BudgetReads(budget.clone())));
+        c.read_memory = Some(Arc::new(BudgetReads::new(budget)));
         c.tls_root_ca_pem = self.shared.tls_root_ca_pem.clone();
         c.breaker = self.shared.breaker;
         c.write_behind = self.shared.write_behind;
@@ -78,17 +78,40 @@ pub(crate) fn disk_read_memory(budget: &DownloadBudget) -> mmcache_disk_cache::R
     })
 }
 
-/// Shared-cache reads reserved in the download budget. No room within the budget's wait: the
+/// Shared-cache reads reserved in the download budget; their first steps (made before the
+/// value's length is known) in a pool of their own, an eighth of the budget, taken without
+/// waiting, so GETs in flight to a hung node never hold what other reads or origin downloads
+/// wait for. No room within the budget's wait: the
 /// value is not read, and the load goes to the origin, whose download waits for the same
 /// budget and fails as any download does (503, or 413) if it stays full (the shared tier
 /// stays fail-open: it never fails a load itself).
-struct BudgetReads(DownloadBudget);
+struct BudgetReads {
+    budget: DownloadBudget,
+    first_steps: DownloadBudget,
+}
+
+impl BudgetReads {
+    fn new(budget: &DownloadBudget) -> Self {
+        Self {
+            budget: budget.clone(),
+            // Reservations come from a budget's first half: a quarter gives an eighth.
+            first_steps: DownloadBudget::new(budget.capacity() / 4, std::time::Duration::ZERO),
+        }
+    }
+}
+
+async fn hold_in(budget: &DownloadBudget, bytes: u64) -> Option<ReadHold> {
+    let reservation = budget.reserve(bytes).await.ok()?;
+    Some(ReadHold::new(move |v| reservation.hold(v)))
+}
 
 impl ReadMemory for BudgetReads {
     fn reserve(&self, bytes: u64) -> BoxFuture<'_, Option<ReadHold>> {
-        Box::pin(async move {
-            let reservation = self.0.reserve(bytes).await.ok()?;
-            Some(ReadHold::new(move |v| reservation.hold(v)))
-        })
+        Box::pin(hold_in(&self.budget, bytes))
+    }
+
+    fn try_reserve_first(&self, bytes: u64) -> Option<ReadHold> {
+        let reservation = self.first_steps.try_reserve(bytes)?;
+        Some(ReadHold::new(move |v| reservation.hold(v)))
     }
 }
