@@ -20,7 +20,6 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use bytes::Bytes;
 
 use crate::fsops::{self, FsError, FsResult, Owners};
 use crate::{DiskCache, Found, bump, metrics};
@@ -160,13 +159,11 @@ impl DiskCache {
         if !self.valid(&st) {
             return Ok(Found::Miss); // empty, or over this worker's cap
         }
-        // Read at most the cap plus one byte, whatever the file grew to since the stat.
-        let cap = self.inner.config.max_entry_bytes;
-        let len = u64::try_from(st.st_size).unwrap_or(0);
-        let buf = fsops::read_capped(&mut file, len, cap)?;
-        if buf.len() as u64 > cap || buf.is_empty() {
-            return Ok(Found::Miss);
+        let len = usize::try_from(st.st_size).unwrap_or(0);
+        if self.inner.read_memory.get().is_some() {
+            return Ok(Found::Open(file, len)); // read once its memory is reserved
         }
-        Ok(Found::Hit(Bytes::from(buf)))
+        self.read_file(&mut file, len)
+            .map(|v| v.map_or(Found::Miss, |v| Found::Hit(v.into())))
     }
 }

@@ -121,6 +121,19 @@ fn bump(c: &AtomicU64, n: u64) {
 #[doc(hidden)]
 pub type Stall = Arc<dyn Fn() + Send + Sync>;
 
+/// Memory every entry read reserves before its bytes are read (the loader's download budget,
+/// see [`DiskCache::set_read_memory`]): given the entry's length (from `fstat`), it waits for
+/// room and returns what turns the bytes read into [`Bytes`] holding the reservation; `None`
+/// when there is no room (the read is skipped: a miss, counted as outcome `no_memory`).
+pub type ReadMemory = Arc<
+    dyn Fn(u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<ReadHold>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// What [`ReadMemory`] returns: wraps the bytes read so that they hold the reservation.
+pub type ReadHold = Box<dyn FnOnce(Vec<u8>) -> Bytes + Send>;
+
 struct Inner {
     config: DiskCacheConfig,
     owners: Owners,
@@ -136,6 +149,8 @@ struct Inner {
     sweeping: std::sync::atomic::AtomicBool,
     /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
     read_stall: std::sync::Mutex<Option<Stall>>,
+    /// Where reads reserve their bytes (see [`DiskCache::set_read_memory`]).
+    read_memory: std::sync::OnceLock<ReadMemory>,
     /// Test seam: runs before each write's I/O (see [`DiskCache::inject_write_stall`]).
     write_stall: std::sync::Mutex<Option<Stall>>,
 }
@@ -170,6 +185,8 @@ pub enum Fill {
 /// What one read found.
 enum Found {
     Hit(Bytes),
+    /// A valid entry, opened, of this length: its bytes are read once reserved.
+    Open(std::fs::File, usize),
     Miss,
     Expired,
 }
@@ -202,6 +219,7 @@ impl DiskCache {
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 read_stall: std::sync::Mutex::new(None),
+                read_memory: std::sync::OnceLock::new(),
                 write_stall: std::sync::Mutex::new(None),
             }),
         }
@@ -214,6 +232,13 @@ impl DiskCache {
         if let Ok(mut s) = self.inner.read_stall.lock() {
             *s = stall;
         }
+    }
+
+    /// Makes every entry read reserve its bytes in `memory` first (set once; later calls are
+    /// ignored). The length comes from `fstat`; the reservation is taken between the open and
+    /// the read, off the blocking pool, so a wait for memory holds no disk permit.
+    pub fn set_read_memory(&self, memory: ReadMemory) {
+        let _ = self.inner.read_memory.set(memory);
     }
 
     /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
@@ -331,7 +356,15 @@ impl DiskCache {
                 Found::Miss
             }
         };
+        let found = match found {
+            Found::Open(file, len) => match self.read_open(file, len).await {
+                Some(found) => found,
+                None => return None, // counted there
+            },
+            found => found,
+        };
         match found {
+            Found::Open(..) => unreachable!("read above"),
             Found::Hit(bytes) => {
                 bump(&c.hits, 1);
                 self.read_outcome("hit");
@@ -355,6 +388,48 @@ impl DiskCache {
     fn valid(&self, st: &rustix::fs::Stat) -> bool {
         let len = u64::try_from(st.st_size).unwrap_or(0);
         !self.expired(st) && len > 0 && len <= self.inner.config.max_entry_bytes
+    }
+
+    /// Reads an opened entry of `len` bytes (by `fstat`): at most the cap plus one byte,
+    /// whatever the file grew to since the stat; `None` when over the cap or empty.
+    fn read_file(&self, file: &mut std::fs::File, len: usize) -> FsResult<Option<Vec<u8>>> {
+        let cap = self.inner.config.max_entry_bytes;
+        let buf = fsops::read_capped(file, len as u64, cap)?;
+        Ok((buf.len() as u64 <= cap && !buf.is_empty()).then_some(buf))
+    }
+
+    /// Reserves an opened entry's bytes in the read memory, then reads them (a second
+    /// blocking operation, under the same deadline, permits and breaker). `None`: not read
+    /// (no memory, or the read failed), counted here.
+    async fn read_open(&self, mut file: std::fs::File, len: usize) -> Option<Found> {
+        let memory = self.inner.read_memory.get()?;
+        let Some(hold) = memory(len as u64).await else {
+            bump(&self.inner.counters.misses, 1);
+            self.read_outcome("no_memory");
+            return None;
+        };
+        let this = self.clone();
+        match self
+            .inner
+            .guard
+            .run(move || this.read_file(&mut file, len))
+            .await
+        {
+            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf))),
+            Ok(Ok(None)) => Some(Found::Miss),
+            Ok(Err(FsError::Io(e))) => {
+                tracing::debug!(error = %e, "disk cache read failed");
+                bump(&self.inner.counters.errors, 1);
+                bump(&self.inner.counters.misses, 1);
+                self.read_outcome("error");
+                None
+            }
+            Ok(Err(_)) => Some(Found::Miss),
+            Err(_) => {
+                self.skipped();
+                Some(Found::Miss)
+            }
+        }
     }
 
     /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a

@@ -7,9 +7,16 @@
 //! `Content-Length` and then chunked, and loads each set of 64 at once with the defaults: what
 //! the download budget bounds (the bodies are refused by the probe, so no decode runs).
 //!
+//! The `shared` phase stores 64 distinct 60 MB values that are not images in a local Redis
+//! Cluster and loads their 64 URLs at once with the defaults: each is a shared hit (refused by
+//! the probe, deleted, then downloaded from the origin, which serves the same body), so it
+//! measures what the download budget bounds of the shared tier's reads. It runs in a child
+//! process of its own, so its peak is its own.
+//!
 //! ```sh
 //! cargo run --release -p mmcache-loader --example hostile_rss             # every phase
 //! cargo run --release -p mmcache-loader --example hostile_rss -- downloads
+//! cargo run --release -p mmcache-loader --example hostile_rss -- shared
 //! ```
 
 use std::sync::Arc;
@@ -88,11 +95,78 @@ async fn downloads() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// 64 concurrent loads of distinct URLs whose 60 MB non-image values are in the shared cache.
+async fn shared() -> anyhow::Result<()> {
+    use mmcache_scope::CacheIdentity;
+    use mmcache_shared_cache::entry_key;
+    use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+    const LOADS: usize = 64;
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    let origin = TestOrigin::start();
+    let body = Arc::new(vec![0x5au8; 60_000_000]);
+    let urls: Vec<String> = (0..LOADS)
+        .map(|i| {
+            let path = format!("/shared-{i}");
+            origin.set(
+                &path,
+                Route::Body {
+                    status: 200,
+                    content_type: "application/octet-stream".into(),
+                    body: body.clone(),
+                },
+            );
+            let url = origin.url(&path);
+            let key = entry_key(&CacheIdentity::unscoped(&url));
+            cluster.set_raw(&key, &body, Some(600)).map(|()| url)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    drop(body);
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .decoded_cache_entries(Some(0))
+        .shared_cache_url(cluster.url())
+        .build()?;
+    println!("baseline peak RSS: {} MiB", peak_rss_mib());
+    reset_peak();
+    let started = Instant::now();
+    let tasks: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let (loader, url) = (loader.clone(), url.clone());
+            tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
+        })
+        .collect();
+    let mut statuses = std::collections::BTreeMap::new();
+    for t in tasks {
+        let status = t.await?.map_or_else(|e| e.http_status(), |_| 200);
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    let hits = loader.shared_cache().map_or(0, |c| c.stats().get_hits);
+    println!(
+        "{LOADS} concurrent shared hits of 60 MB non-image values: statuses {statuses:?} in {:.1} s, \
+         {hits} values read, peak RSS {} MiB",
+        started.elapsed().as_secs_f64(),
+        peak_rss_mib()
+    );
+    Ok(())
+}
+
+/// Runs this example again with `phase` in a child process, so the phase's peak RSS is its own.
+fn in_child(phase: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .arg(phase)
+        .status()?;
+    anyhow::ensure!(status.success(), "phase {phase}: {status}");
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let phase = std::env::args().nth(1);
-    if phase.as_deref() == Some("downloads") {
-        return downloads().await;
+    match phase.as_deref() {
+        Some("downloads") => return downloads().await,
+        Some("shared") => return shared().await,
+        _ => {}
     }
     let origin = TestOrigin::start();
     let bombs: Vec<String> = (0..16)
@@ -187,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if phase.is_none() {
         downloads().await?;
+        in_child("shared")?;
     }
     Ok(())
 }

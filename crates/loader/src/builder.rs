@@ -302,9 +302,11 @@ impl LoaderBuilder {
         let config = self.config;
         // The one check `Config::from_lookup` ran too, for the setters' values.
         let checked = config.check(&Default::default())?;
-        let origin = Origin::new(config.origin_config(checked.allowlist))
+        let download_budget = config.download_budget();
+        let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
+        let origin = Origin::new(config.origin_config(checked.allowlist, &download_budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
-        let shared = match config.shared_cache_config() {
+        let shared = match config.shared_cache_config(&download_budget) {
             Some(mut c) => {
                 if let Some(clock) = self.clock {
                     c.clock = clock;
@@ -351,9 +353,11 @@ impl LoaderBuilder {
             config.decode_memory_bytes,
             config.decode_wait,
         );
-        let disk = config
-            .disk_cache_config()
-            .map(mmcache_disk_cache::DiskCache::new);
+        let disk = config.disk_cache_config().map(|c| {
+            let disk = mmcache_disk_cache::DiskCache::new(c);
+            disk.set_read_memory(crate::config::disk_read_memory(&download_budget));
+            disk
+        });
         let decoded = DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,
@@ -379,6 +383,7 @@ impl LoaderBuilder {
                 inflight: DashMap::new(),
                 fill_locks: DashMap::new(),
                 background,
+                write_memory,
                 memory_hits,
                 metrics: metrics::Handles::new(),
                 embeddings,

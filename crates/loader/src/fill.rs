@@ -51,7 +51,7 @@ impl Inner {
             let fetched = self.fetch_and_decode_bytes(url).await?;
             let len = fetched.bytes.len();
             if fetched.shareable {
-                self.write_disk(identity, fetched.bytes);
+                self.write_disk(identity, self.disk_copy(&fetched.bytes));
             }
             return Ok((fetched.image, Source::Origin, Some(len)));
         };
@@ -88,7 +88,8 @@ impl Inner {
         let len = bytes.len();
         match self.decode(bytes.clone()).await {
             Ok(image) => {
-                self.write_disk(identity, bytes); // a shared hit fills the host's tier too
+                // A shared hit fills the host's tier too.
+                self.write_disk(identity, self.disk_copy(&bytes));
                 Ok(Some((image, Source::Shared, Some(len))))
             }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
@@ -143,7 +144,17 @@ impl Inner {
                 WriteOutcome::Skipped,
             );
         }
-        self.write_disk(identity, bytes.clone());
+        // The writes hold a copy under the write memory, not this load's download reservation
+        // (released when the load is done with its bytes); no room: neither write is made.
+        let copy = self.write_memory.copy(&bytes);
+        drop(bytes);
+        self.write_disk(identity, copy.clone());
+        let Some(bytes) = copy else {
+            return (
+                Ok((image, Source::Origin, Some(len))),
+                WriteOutcome::Skipped,
+            );
+        };
         let wrote = if self.hedge.enabled() {
             shared
                 .store_within(
@@ -196,17 +207,26 @@ impl Inner {
         }
     }
 
+    /// A copy of `bytes` for the disk write, in the write memory; `None` without a disk tier.
+    fn disk_copy(&self, bytes: &Bytes) -> Option<Bytes> {
+        self.disk.as_ref()?;
+        self.write_memory.copy(bytes)
+    }
+
     /// Writes bytes that decoded to the disk tier, when there is one, in a task of its own:
     /// the load does not wait for the file system, and [`crate::Loader::shutdown`] waits for
     /// the write. The write takes over this load's fill lock and holds it until the file
     /// really landed (past the disk deadline too), so the host's other processes keep waiting
     /// for the entry (not for a lock released before the entry exists).
-    fn write_disk(&self, identity: &CacheIdentity, bytes: Bytes) {
+    ///
+    /// `None` (no room in the write memory): no write, and the lock is released at once.
+    fn write_disk(&self, identity: &CacheIdentity, bytes: Option<Bytes>) {
         let Some(disk) = &self.disk else { return };
         let lock = self
             .fill_locks
             .remove(&crate::inflight_key(identity))
             .map(|(_, lock)| lock);
+        let Some(bytes) = bytes else { return };
         let (disk, identity) = (disk.clone(), identity.clone());
         self.background.spawn(async move {
             disk.put_locked(&identity, bytes, lock).await;

@@ -86,6 +86,7 @@ mod error;
 mod fill;
 mod hedge;
 pub mod metrics;
+mod write_memory;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,6 +181,8 @@ struct Inner {
     fill_locks: DashMap<[u8; 32], mmcache_disk_cache::FillLock>,
     /// Disk-tier writes on their way (they leave the load's path).
     background: Arc<Background>,
+    /// What cache writes may hold: copies, apart from the download budget.
+    write_memory: write_memory::WriteMemory,
     memory_hits: ::metrics::Counter,
     metrics: metrics::Handles,
     embeddings: embeddings::Embeddings,

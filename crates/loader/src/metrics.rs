@@ -43,6 +43,9 @@ pub const HEDGES: &str = "mmcache_shared_cache_hedges_total";
 /// Stampede leases by `outcome` (`won`, `took_over` (a waiter took a released or expired
 /// lease), `waited_hit`, `waited_timeout`, `error`).
 pub const LEASES: &str = "mmcache_shared_cache_lease_total";
+/// Loads whose cache writes (disk and shared) were skipped: the write memory, a quarter of
+/// the download budget, had no room for a copy of their bytes.
+pub const WRITES_SKIPPED: &str = "mmcache_cache_writes_skipped_total";
 /// Loads that reached their overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`) and failed with 408.
 pub const LOAD_TIMEOUTS: &str = "mmcache_load_timeouts_total";
 /// Decoded-cache entries (gauge).

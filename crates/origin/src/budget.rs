@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::Error;
@@ -59,7 +60,7 @@ impl Pool {
 /// Bytes reserved in a [`DownloadBudget`]; released on drop.
 #[derive(Debug, Default)]
 pub struct Reservation {
-    _first: Option<OwnedSemaphorePermit>,
+    first: Option<OwnedSemaphorePermit>,
     growth: Option<OwnedSemaphorePermit>,
     bytes: u64,
 }
@@ -70,25 +71,38 @@ impl Reservation {
         self.bytes
     }
 
-    /// Gives back the growth this body did not use, once it is whole: a body without a length
-    /// reserved what it might grow to, and keeps only what it holds.
-    pub(crate) fn trim_to(&mut self, used: u64) {
-        let Some(growth) = &mut self.growth else {
-            return;
-        };
-        let first = self.bytes - growth.num_permits() as u64 * UNIT;
-        let keep = used.saturating_sub(first).div_ceil(UNIT);
-        let spare = (growth.num_permits() as u64).saturating_sub(keep);
-        if spare == 0 {
-            return;
-        }
-        if spare == growth.num_permits() as u64 {
-            self.growth = None; // dropped: every unit back to the pool
-        } else {
-            drop(growth.split(spare as usize));
-        }
-        self.bytes -= spare * UNIT;
+    /// Turns `buf` into [`Bytes`] that own this reservation: it is released when the last copy
+    /// of them is dropped. The reservation is first trimmed to the buffer's capacity (a read
+    /// that reserved a first step, or all it might grow to, keeps only what it holds). Every
+    /// budgeted read (an origin body, a shared-cache value, a disk entry) ends here.
+    pub fn hold(mut self, buf: Vec<u8>) -> Bytes {
+        self.trim_to(buf.capacity() as u64);
+        Bytes::from_owner(Held {
+            buf,
+            _reservation: self,
+        })
     }
+
+    /// Gives back what a buffer of `used` bytes does not need: growth first, then the first
+    /// part.
+    pub(crate) fn trim_to(&mut self, used: u64) {
+        let spare = (self.bytes / UNIT).saturating_sub(used.div_ceil(UNIT));
+        let from_growth = give_back(&mut self.growth, spare);
+        let from_first = give_back(&mut self.first, spare - from_growth);
+        self.bytes -= (from_growth + from_first) * UNIT;
+    }
+}
+
+/// Releases up to `units` of `permit` and says how many it released.
+fn give_back(permit: &mut Option<OwnedSemaphorePermit>, units: u64) -> u64 {
+    let Some(held) = permit else { return 0 };
+    let n = units.min(held.num_permits() as u64);
+    if n == held.num_permits() as u64 {
+        *permit = None; // dropped: every unit back to the pool
+    } else if n > 0 {
+        drop(held.split(n as usize));
+    }
+    n
 }
 
 impl DownloadBudget {
@@ -142,7 +156,24 @@ impl DownloadBudget {
         let permit = self.take(&self.inner.first, bytes).await?;
         Ok(Reservation {
             bytes: permit.as_ref().map_or(0, |p| p.num_permits() as u64 * UNIT),
-            _first: permit,
+            first: permit,
+            growth: None,
+        })
+    }
+
+    /// Reserves `bytes` like [`DownloadBudget::reserve`] if they fit now, without waiting:
+    /// `None` when they do not (or exceed [`DownloadBudget::max_reservation`]).
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let pool = &self.inner.first;
+        let units = bytes.div_ceil(UNIT);
+        if units == 0 {
+            return Some(Reservation::default());
+        }
+        let units = u32::try_from(units).ok().filter(|&u| u <= pool.units)?;
+        let permit = pool.memory.clone().try_acquire_many_owned(units).ok()?;
+        Some(Reservation {
+            bytes: u64::from(units) * UNIT,
+            first: Some(permit),
             growth: None,
         })
     }
@@ -191,11 +222,10 @@ impl DownloadBudget {
     }
 }
 
-/// A body's bytes with the reservation that covers them: the reservation is released when
-/// the last [`bytes::Bytes`] made from it is dropped.
-pub(crate) struct Held {
-    pub(crate) buf: Vec<u8>,
-    pub(crate) _reservation: Reservation,
+/// Bytes with the reservation that covers them (see [`Reservation::hold`]).
+struct Held {
+    buf: Vec<u8>,
+    _reservation: Reservation,
 }
 
 impl AsRef<[u8]> for Held {
@@ -251,9 +281,39 @@ mod tests {
         r.trim_to((1 << 20) + 1500); // 1 MiB first step + 2 KiB of growth kept
         assert_eq!(r.bytes(), (1 << 20) + 2048);
         assert_eq!(budget.available(), (16 << 20) - (1 << 20) - 2048);
-        r.trim_to(1000); // within the first step: no growth left
-        assert_eq!(r.bytes(), 1 << 20);
+        r.trim_to(1000); // within the first step: no growth left, and 1 KiB of the step
+        assert_eq!(r.bytes(), 1024);
         drop(r);
+        assert_eq!(budget.available(), 16 << 20);
+    }
+
+    #[tokio::test]
+    async fn try_reserve_never_waits() {
+        let budget = DownloadBudget::new(4 << 20, Duration::from_secs(3600));
+        let held = budget.try_reserve(2 << 20).expect("the whole half is free");
+        assert!(
+            budget.try_reserve(1).is_none(),
+            "the half is taken: no wait"
+        );
+        assert!(budget.try_reserve(3 << 20).is_none(), "more than a half");
+        drop(held);
+        assert_eq!(budget.try_reserve(1).map(|r| r.bytes()), Some(1024));
+    }
+
+    #[tokio::test]
+    async fn held_bytes_keep_their_trimmed_reservation_until_the_last_copy_drops() {
+        let budget = DownloadBudget::new(16 << 20, Duration::from_secs(5));
+        let r = budget.reserve(4 << 20).await.unwrap();
+        let bytes = r.hold(vec![7u8; 3000]); // a first step of 4 MiB holding 3000 bytes
+        assert_eq!(budget.available(), (16 << 20) - 3072);
+        let copy = bytes.slice(10..20);
+        drop(bytes);
+        assert_eq!(
+            budget.available(),
+            (16 << 20) - 3072,
+            "a copy still holds it"
+        );
+        drop(copy);
         assert_eq!(budget.available(), 16 << 20);
     }
 

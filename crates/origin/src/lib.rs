@@ -340,14 +340,11 @@ async fn read_capped(
         return Err(Error::EmptyBody);
     }
     if body.capacity() > body.len() && announced.is_none() {
-        // Sized to what the body might have grown to: keep only what it holds.
-        reservation.trim_to(body.len() as u64);
+        // Sized to what the body might have grown to: keep only what it holds (and `hold`
+        // trims the reservation to it).
         body.shrink_to_fit();
     }
-    Ok(Bytes::from_owner(budget::Held {
-        buf: body,
-        _reservation: reservation,
-    }))
+    Ok(reservation.hold(body))
 }
 
 /// [`read_capped`] without a budget: the announced length is trusted for the first

@@ -7,28 +7,20 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::conn::Failure;
+use crate::read::Read;
 use crate::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome, lease_token};
 
 impl SharedCache {
-    /// The value of `key`, read with `GETRANGE 0 max` so a hostile value costs at most
-    /// `max + 1` bytes: [`GetOutcome::Oversized`] when longer than `max`, a miss when absent
-    /// or empty, `None` on any failure (an open breaker: [`GetOutcome::Skipped`]).
+    /// The value of `key`, read like an image entry (within the read memory; a hostile value
+    /// costs at most `max` bytes): [`GetOutcome::Oversized`] when longer than `max`, a miss
+    /// when absent or empty, `None` on any failure (an open breaker: [`GetOutcome::Skipped`];
+    /// no room in the read memory: [`GetOutcome::NoMemory`]).
     pub async fn get_key(&self, key: &str, max: usize) -> (Option<Bytes>, GetOutcome) {
-        let end = i64::try_from(max).unwrap_or(i64::MAX - 1);
-        let result = self
-            .run("get", key, |mut conn, key| async move {
-                redis::cmd("GETRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(end)
-                    .query_async::<Vec<u8>>(&mut conn)
-                    .await
-            })
-            .await;
-        match result {
-            Ok(v) if v.is_empty() => (None, GetOutcome::Miss),
-            Ok(v) if v.len() > max => (None, GetOutcome::Oversized),
-            Ok(v) => (Some(Bytes::from(v)), GetOutcome::Hit),
+        match self.read_value("get", key, max).await {
+            Ok(Read::Miss) => (None, GetOutcome::Miss),
+            Ok(Read::Oversized) => (None, GetOutcome::Oversized),
+            Ok(Read::Value(v)) => (Some(v), GetOutcome::Hit),
+            Ok(Read::NoMemory) => (None, GetOutcome::NoMemory),
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
             Err(Failure::Failed(_)) => (None, GetOutcome::Error),
         }

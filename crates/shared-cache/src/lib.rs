@@ -49,6 +49,7 @@ mod error;
 mod inspect;
 mod keyed;
 pub mod metrics;
+mod read;
 mod samples;
 mod slots;
 mod warn;
@@ -64,11 +65,13 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use crate::conn::{Failure, install_crypto_provider};
+use crate::read::Read;
 
 pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::error::{Error, FailureKind, Result};
 pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
+pub use crate::read::{BoxFuture, READ_STEP, ReadHold, ReadMemory};
 pub use crate::samples::{DrainedSamples, MAX_PENDING_SAMPLES, SampleOp, SampleSeries};
 pub use crate::warn::{Clock, ManualClock, SystemClock};
 
@@ -159,12 +162,15 @@ pub struct SharedCacheConfig {
     pub io_timeout: Duration,
     /// Values larger than this are not written. Default [`DEFAULT_MAX_VALUE_BYTES`].
     pub max_value_bytes: usize,
-    /// Values larger than this are never read into memory: a GET reads at most this many bytes
-    /// plus one (`GETRANGE key 0 max`), and a longer value is reported as
-    /// [`GetOutcome::Oversized`]. Default [`DEFAULT_MAX_READ_BYTES`].
+    /// Values larger than this are never read into memory: a GET reads the value's length
+    /// with at most [`READ_STEP`] of its bytes, and a longer value than this is reported as
+    /// [`GetOutcome::Oversized`] without reading on. Default [`DEFAULT_MAX_READ_BYTES`].
     pub max_read_bytes: usize,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
+    /// Memory every value read reserves before its bytes are read (the loader's download
+    /// budget); the returned [`Bytes`] hold the reservation. Default none: not counted.
+    pub read_memory: Option<Arc<dyn ReadMemory>>,
     /// Per-node circuit breakers. Default on: 5 consecutive failures, 1 s cool-down.
     pub breaker: BreakerConfig,
     /// Write-behind of SETs. Default off.
@@ -182,6 +188,7 @@ impl std::fmt::Debug for SharedCacheConfig {
             .field("io_timeout", &self.io_timeout)
             .field("max_value_bytes", &self.max_value_bytes)
             .field("max_read_bytes", &self.max_read_bytes)
+            .field("read_memory", &self.read_memory.as_ref().map(|_| "<set>"))
             .field("breaker", &self.breaker)
             .field("write_behind", &self.write_behind)
             .field(
@@ -203,6 +210,7 @@ impl SharedCacheConfig {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             tls_root_ca_pem: None,
+            read_memory: None,
             breaker: BreakerConfig::default(),
             write_behind: WriteBehindConfig::default(),
             clock: Arc::new(SystemClock),
@@ -430,40 +438,29 @@ impl SharedCache {
     /// Like [`SharedCache::get`], also saying how it ended.
     pub async fn get_with_outcome(&self, identity: &CacheIdentity) -> (Option<Bytes>, GetOutcome) {
         let key = entry_key(identity);
-        let max = self.inner.config.max_read_bytes;
-        // Redis takes a signed 64-bit end; a larger cap means "no cap" in practice.
-        let end = i64::try_from(max).unwrap_or(i64::MAX - 1);
         let started = Instant::now();
-        // GETRANGE bounds what a hostile or foreign value can make us allocate; it reads the
-        // same key as GET, leaves the TTL alone, and answers "" for an absent key (an empty
-        // value is never a valid image, so "" is a miss either way).
+        // The length and a first step in one round trip, within the read memory (`read`); a
+        // hostile or foreign value costs at most the cap.
         let result = self
-            .run("get", &key, |mut conn, key| async move {
-                redis::cmd("GETRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(end)
-                    .query_async::<Vec<u8>>(&mut conn)
-                    .await
-            })
+            .read_value("get", &key, self.inner.config.max_read_bytes)
             .await;
         let c = &self.inner.counters;
         let (value, outcome) = match result {
-            Ok(v) if v.is_empty() => {
+            Ok(Read::Miss) => {
                 bump(&c.get_misses);
                 (None, GetOutcome::Miss)
             }
-            Ok(v) if v.len() > max => {
+            Ok(Read::Oversized) => {
                 bump(&c.get_hits);
-                // The real size is unknown (only cap + 1 bytes were read).
-                self.inner
-                    .metrics
-                    .record_get(GetOutcome::Oversized, None, started.elapsed());
-                return (None, GetOutcome::Oversized);
+                (None, GetOutcome::Oversized)
             }
-            Ok(v) => {
+            Ok(Read::Value(v)) => {
                 bump(&c.get_hits);
-                (Some(Bytes::from(v)), GetOutcome::Hit)
+                (Some(v), GetOutcome::Hit)
+            }
+            Ok(Read::NoMemory) => {
+                self.inner.metrics.record_skip("get", "no_memory");
+                (None, GetOutcome::NoMemory)
             }
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
             Err(Failure::Failed(_)) => {

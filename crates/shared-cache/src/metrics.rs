@@ -66,6 +66,9 @@ pub enum GetOutcome {
     /// The entry is longer than [`crate::SharedCacheConfig::max_read_bytes`]: not read, no
     /// value returned. Recorded as a `hit` with size bucket `unknown`.
     Oversized,
+    /// Not read: the read memory ([`crate::SharedCacheConfig::read_memory`]) had no room
+    /// within its wait. Counted in `mmcache_shared_cache_skipped_total{reason="no_memory"}`.
+    NoMemory,
 }
 
 impl GetOutcome {
@@ -76,7 +79,7 @@ impl GetOutcome {
             Self::Hit | Self::Oversized => "hit",
             Self::Miss => "miss",
             Self::Error => "error",
-            Self::Skipped => "skipped",
+            Self::Skipped | Self::NoMemory => "skipped",
         }
     }
 }
@@ -122,7 +125,7 @@ const BUCKETS: [&str; 8] = [
 /// `op` values.
 const OPS: [&str; 4] = ["get", "set", "del", "lease"];
 /// Skip `reason` values.
-const REASONS: [&str; 3] = ["breaker_open", "too_large", "queue_full"];
+const REASONS: [&str; 4] = ["breaker_open", "too_large", "queue_full", "no_memory"];
 /// Failure `kind` values, in [`crate::FailureKind`] order.
 const KINDS: [crate::FailureKind; 5] = [
     crate::FailureKind::Timeout,
@@ -166,7 +169,7 @@ impl std::fmt::Debug for Handles {
 impl Handles {
     pub(crate) fn record_get(&self, outcome: GetOutcome, len: Option<usize>, elapsed: Duration) {
         let row = match outcome {
-            GetOutcome::Skipped => return,
+            GetOutcome::Skipped | GetOutcome::NoMemory => return,
             GetOutcome::Hit | GetOutcome::Oversized => 0,
             GetOutcome::Miss => 1,
             GetOutcome::Error => 2,

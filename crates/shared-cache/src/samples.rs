@@ -18,7 +18,7 @@ pub const MAX_PENDING_SAMPLES: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SampleOp {
-    /// An image-entry GET (`GETRANGE`), leased waits' GETs and hedged GETs included.
+    /// An image-entry GET (`STRLEN` and `GETRANGE`), leased waits' GETs and hedged GETs included.
     Get,
     /// An image-entry SET, write-behind and backgrounded SETs included (sampled when they end).
     Set,

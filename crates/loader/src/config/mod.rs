@@ -25,6 +25,7 @@ mod tiers;
 mod validate;
 
 pub use settings::{SETTINGS, Section, Setting};
+pub(crate) use tiers::disk_read_memory;
 pub(crate) use validate::Given;
 
 /// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images

@@ -697,7 +697,29 @@ pub const SETTINGS: [Setting; COUNT] = [
             mmcache-loader --example hostile_rss -- downloads` (2 cores), peak RSS 247 MiB with \
             `Content-Length` and 387 MiB chunked, every load answered (415: not an image), where \
             the same run before the budget peaked at 2583 MiB and 2440 MiB. Values read from the \
-            disk tier and the shared cache are not counted",
+            disk tier and the shared cache count in the same budget, reserved before their bytes \
+            are read and held with them: a disk entry reserves its length (from `fstat`); a \
+            shared read reserves 2 MiB, reads `STRLEN` and the first 2 MiB in one round trip (a \
+            value that fits is whole, and the reservation is trimmed to it), and a longer value \
+            (never above the cap) is read again under a reservation of its exact length. The 2 \
+            MiB first steps come from a pool of their own, an eighth of this budget, taken \
+            without waiting (when it is full, a read asks for `STRLEN` alone first: two round \
+            trips), so GETs in flight to a hung node (held until their deadline) never hold what \
+            other reads or origin downloads wait for. A read that finds no room within the wait \
+            is not made (`mmcache_shared_cache_skipped_total{reason=\"no_memory\"}`, \
+            `mmcache_disk_cache_reads_total{outcome=\"no_memory\"}`): the load goes on to the \
+            next tier and the origin, whose download waits for the same budget and fails as any \
+            download does. Cache writes (disk and shared, write-behind included) never hold a \
+            load's reservation: they hold a copy of its bytes under a separate allowance of a \
+            quarter of this budget (so all three together bound the process at 1.375 × this \
+            value), and a write that does not fit at once is skipped \
+            (`mmcache_cache_writes_skipped_total`), so a hung disk or master never makes a later \
+            load wait or fail for memory. 64 concurrent shared hits of 60 MB values with the \
+            defaults (`cargo run --release -p mmcache-loader --example hostile_rss -- shared`, 2 \
+            cores): peak RSS 497 MiB, all 64 values read and every load answered (415: not an \
+            image); before these reads were budgeted the same run peaked at 439 MiB with no \
+            value read (all 64 GETs, pipelined at once, failed at the I/O deadline) and 33 loads \
+            failed with 408",
         python: "download_memory_bytes",
         python_value: "int",
         read: |c, v| {

@@ -1,32 +1,40 @@
 //! Where settings go: the configurations of the origin client, the shared cache and the disk
 //! tier, made from a checked [`Config`] (the only place their fields are copied).
 
+use std::sync::Arc;
+
 use mmcache_disk_cache::DiskCacheConfig;
 use mmcache_origin::{DomainAllowlist, DownloadBudget, OriginConfig};
-use mmcache_shared_cache::SharedCacheConfig;
+use mmcache_shared_cache::{BoxFuture, ReadHold, ReadMemory, SharedCacheConfig};
 
 use super::Config;
 
 impl Config {
+    /// The one download budget of a loader: origin bodies, shared-cache values and disk
+    /// entries are all reserved in it before they are read. A wait for it is bounded like the
+    /// decode budget's (and, for a download, by the fetch deadline, which covers the body).
+    pub(crate) fn download_budget(&self) -> DownloadBudget {
+        DownloadBudget::new(self.download_memory_bytes, self.decode_wait)
+    }
+
     /// The origin client's configuration, with the allowlist [`Config::check`] parsed.
-    pub(crate) fn origin_config(&self, allowlist: DomainAllowlist) -> OriginConfig {
+    pub(crate) fn origin_config(
+        &self,
+        allowlist: DomainAllowlist,
+        budget: &DownloadBudget,
+    ) -> OriginConfig {
         let mut c = OriginConfig::default();
         c.allow_internal = self.allow_internal;
         c.allowed_domains = allowlist;
         c.max_body_bytes = self.max_file_size_bytes;
         c.connect_timeout = self.origin_connect_timeout;
         c.timeout = self.origin_timeout;
-        // One budget for every body this loader downloads; a wait for it is bounded like the
-        // decode budget's (and by the fetch deadline, which covers the whole body).
-        c.download_budget = Some(DownloadBudget::new(
-            self.download_memory_bytes,
-            self.decode_wait,
-        ));
+        c.download_budget = Some(budget.clone());
         c
     }
 
     /// The shared cache's configuration; `None` when it is off.
-    pub(crate) fn shared_cache_config(&self) -> Option<SharedCacheConfig> {
+    pub(crate) fn shared_cache_config(&self, budget: &DownloadBudget) -> Option<SharedCacheConfig> {
         let (true, Some(url)) = (self.shared.enabled, &self.shared.url) else {
             return None;
         };
@@ -37,6 +45,7 @@ impl Config {
         c.max_value_bytes = self.shared.max_value_bytes;
         // A cached value may be as large as a download may be, never larger.
         c.max_read_bytes = usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
+        c.read_memory = Some(Arc::new(BudgetReads::new(budget)));
         c.tls_root_ca_pem = self.shared.tls_root_ca_pem.clone();
         c.breaker = self.shared.breaker;
         c.write_behind = self.shared.write_behind;
@@ -54,5 +63,55 @@ impl Config {
         // An entry may be as large as a download may be, never larger.
         c.max_entry_bytes = self.max_file_size_bytes;
         Some(c)
+    }
+}
+
+/// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]).
+pub(crate) fn disk_read_memory(budget: &DownloadBudget) -> mmcache_disk_cache::ReadMemory {
+    let budget = budget.clone();
+    Arc::new(move |len| {
+        let budget = budget.clone();
+        Box::pin(async move {
+            let reservation = budget.reserve(len).await.ok()?;
+            Some(Box::new(move |v| reservation.hold(v)) as mmcache_disk_cache::ReadHold)
+        })
+    })
+}
+
+/// Shared-cache reads reserved in the download budget; their first steps (made before the
+/// value's length is known) in a pool of their own, an eighth of the budget, taken without
+/// waiting, so GETs in flight to a hung node never hold what other reads or origin downloads
+/// wait for. No room within the budget's wait: the
+/// value is not read, and the load goes to the origin, whose download waits for the same
+/// budget and fails as any download does (503, or 413) if it stays full (the shared tier
+/// stays fail-open: it never fails a load itself).
+struct BudgetReads {
+    budget: DownloadBudget,
+    first_steps: DownloadBudget,
+}
+
+impl BudgetReads {
+    fn new(budget: &DownloadBudget) -> Self {
+        Self {
+            budget: budget.clone(),
+            // Reservations come from a budget's first half: a quarter gives an eighth.
+            first_steps: DownloadBudget::new(budget.capacity() / 4, std::time::Duration::ZERO),
+        }
+    }
+}
+
+async fn hold_in(budget: &DownloadBudget, bytes: u64) -> Option<ReadHold> {
+    let reservation = budget.reserve(bytes).await.ok()?;
+    Some(ReadHold::new(move |v| reservation.hold(v)))
+}
+
+impl ReadMemory for BudgetReads {
+    fn reserve(&self, bytes: u64) -> BoxFuture<'_, Option<ReadHold>> {
+        Box::pin(hold_in(&self.budget, bytes))
+    }
+
+    fn try_reserve_first(&self, bytes: u64) -> Option<ReadHold> {
+        let reservation = self.first_steps.try_reserve(bytes)?;
+        Some(ReadHold::new(move |v| reservation.hold(v)))
     }
 }
