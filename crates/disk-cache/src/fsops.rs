@@ -40,7 +40,7 @@ impl Skip {
     }
 
     pub(crate) fn count(self) {
-        ::metrics::counter!(metrics::SKIPPED, "reason" => self.label()).increment(1);
+        ::metrics::counter!(metrics::SKIPPED.name, "reason" => self.label()).increment(1);
     }
 }
 

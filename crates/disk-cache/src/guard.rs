@@ -114,7 +114,7 @@ impl Guard {
                 .now_ms()
                 .saturating_add(u64::try_from(BREAKER_COOLDOWN.as_millis()).unwrap_or(u64::MAX));
             self.open_until.store(until, Ordering::Release);
-            ::metrics::counter!(metrics::BREAKER_OPENS).increment(1);
+            ::metrics::counter!(metrics::BREAKER_OPENS.name).increment(1);
             tracing::warn!(
                 failures = n,
                 cooldown_secs = BREAKER_COOLDOWN.as_secs(),
@@ -174,7 +174,7 @@ impl Guard {
     ) -> Result<FsResult<T>, Bounded> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let bounded = |b: Bounded| {
-            ::metrics::counter!(metrics::SKIPPED, "reason" => b.label()).increment(1);
+            ::metrics::counter!(metrics::SKIPPED.name, "reason" => b.label()).increment(1);
             // Only what the disk did counts: a deadline passed or the operation died.
             if matches!(b, Bounded::Timeout | Bounded::Panicked) {
                 self.failed();

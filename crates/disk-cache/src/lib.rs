@@ -89,25 +89,7 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// a file system's rounding) before the entry counts as expired.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(2);
 
-/// Metric names.
-pub mod metrics {
-    /// Reads by `outcome` (`hit`, `miss`, `expired`, `error`).
-    pub const READS: &str = "mmcache_disk_cache_reads_total";
-    /// Bytes read from hits.
-    pub const READ_BYTES: &str = "mmcache_disk_cache_read_bytes_total";
-    /// Writes by `outcome` (`success`, `error`, `skipped`).
-    pub const WRITES: &str = "mmcache_disk_cache_writes_total";
-    /// Bytes written.
-    pub const WRITTEN_BYTES: &str = "mmcache_disk_cache_written_bytes_total";
-    /// Entries removed by `reason` (`budget`, `expired`, `corrupt`, `partial`).
-    pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
-    /// Names and operations skipped, by `reason`: `link`, `not_regular`, `foreign` (owned by
-    /// another user outside the group), `untrusted_dir`, `busy` (no permit in time),
-    /// `timeout`, `breaker_open`, `panicked`.
-    pub const SKIPPED: &str = "mmcache_disk_cache_skipped_total";
-    /// Times the breaker opened (the disk kept timing out or failing).
-    pub const BREAKER_OPENS: &str = "mmcache_disk_cache_breaker_opens_total";
-}
+pub mod metrics;
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
@@ -268,7 +250,7 @@ impl DiskCache {
     }
 
     fn read_outcome(&self, o: &'static str) {
-        ::metrics::counter!(metrics::READS, "outcome" => o).increment(1);
+        ::metrics::counter!(metrics::READS.name, "outcome" => o).increment(1);
     }
 
     /// Whether `st` is past the TTL, or dated more than [`CLOCK_SKEW`] ahead.
@@ -328,7 +310,7 @@ impl DiskCache {
             Found::Hit(bytes) => {
                 bump(&c.hits, 1);
                 self.read_outcome("hit");
-                ::metrics::counter!(metrics::READ_BYTES).increment(bytes.len() as u64);
+                ::metrics::counter!(metrics::READ_BYTES.name).increment(bytes.len() as u64);
                 Some(bytes)
             }
             Found::Miss => {
@@ -356,7 +338,7 @@ impl DiskCache {
         if self.expired(&st) {
             if fsops::unlink_if_same(&shard, digest, &st) {
                 bump(&self.inner.counters.evictions, 1);
-                ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
+                ::metrics::counter!(metrics::EVICTIONS.name, "reason" => "expired").increment(1);
             }
             return Ok(Found::Expired);
         }
@@ -395,7 +377,7 @@ impl DiskCache {
     pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
-            ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+            ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
             return;
         }
         let this = self.clone();
@@ -420,22 +402,22 @@ impl DiskCache {
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
-                ::metrics::counter!(metrics::WRITES, "outcome" => "success").increment(1);
-                ::metrics::counter!(metrics::WRITTEN_BYTES).increment(len);
+                ::metrics::counter!(metrics::WRITES.name, "outcome" => "success").increment(1);
+                ::metrics::counter!(metrics::WRITTEN_BYTES.name).increment(len);
             }
             Ok(Err(FsError::Skipped(s))) => {
                 s.count();
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+                ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
             }
             Ok(Err(e)) => {
                 bump(&c.errors, 1);
-                ::metrics::counter!(metrics::WRITES, "outcome" => "error").increment(1);
+                ::metrics::counter!(metrics::WRITES.name, "outcome" => "error").increment(1);
                 tracing::debug!(error = ?e, "disk cache write failed");
             }
             Err(_) => {
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+                ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
             }
         }
         // A due sweep runs on its own, not on this load's time.
@@ -502,7 +484,7 @@ impl DiskCache {
             .await;
         if matches!(removed, Ok(Ok(true))) {
             bump(&self.inner.counters.evictions, 1);
-            ::metrics::counter!(metrics::EVICTIONS, "reason" => "corrupt").increment(1);
+            ::metrics::counter!(metrics::EVICTIONS.name, "reason" => "corrupt").increment(1);
         }
     }
 

@@ -93,7 +93,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
     let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: &'static str| {
         if fsops::unlink_if_same(dir, name, judged) {
             bump(&inner.counters.evictions, 1);
-            ::metrics::counter!(metrics::EVICTIONS, "reason" => reason).increment(1);
+            ::metrics::counter!(metrics::EVICTIONS.name, "reason" => reason).increment(1);
         }
     };
     if let Ok(tmp) = fsops::open_dir_at(&v1, "tmp", owners, false) {

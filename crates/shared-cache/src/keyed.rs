@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::conn::Failure;
+use crate::metrics::Op;
 use crate::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome, lease_token};
 
 impl SharedCache {
@@ -16,7 +17,7 @@ impl SharedCache {
     pub async fn get_key(&self, key: &str, max: usize) -> (Option<Bytes>, GetOutcome) {
         let end = i64::try_from(max).unwrap_or(i64::MAX - 1);
         let result = self
-            .run("get", key, |mut conn, key| async move {
+            .run(Op::Get, key, |mut conn, key| async move {
                 redis::cmd("GETRANGE")
                     .arg(key)
                     .arg(0)
@@ -39,7 +40,7 @@ impl SharedCache {
     pub async fn set_key(&self, key: &str, bytes: Bytes, ttl: Duration) -> WriteOutcome {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run("set", key, |mut conn, key| async move {
+            .run(Op::Set, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&bytes[..])
@@ -55,7 +56,7 @@ impl SharedCache {
     /// `DEL key` (one key: keys of one caller may sit in different slots).
     pub async fn delete_key(&self, key: &str) -> WriteOutcome {
         let result = self
-            .run("del", key, |mut conn, key| async move {
+            .run(Op::Del, key, |mut conn, key| async move {
                 redis::cmd("DEL")
                     .arg(key)
                     .query_async::<i64>(&mut conn)
@@ -71,7 +72,7 @@ impl SharedCache {
         let token = lease_token();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run("lease", key, |mut conn, key| async move {
+            .run(Op::Lease, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(token)
@@ -95,7 +96,7 @@ impl SharedCache {
     pub async fn release_lease_key(&self, key: &str, token: u64) {
         const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
         let _ = self
-            .run("lease", key, |mut conn, key| async move {
+            .run(Op::Lease, key, |mut conn, key| async move {
                 redis::cmd("EVAL")
                     .arg(RELEASE)
                     .arg(1)

@@ -1,0 +1,106 @@
+//! The disk tier's metrics, declared once; docs/metrics.md is generated from them.
+
+use mmcache_scope::metric::{Kind, Metric, Unit};
+
+/// Reads by `outcome`.
+pub const READS: Metric = Metric::new(
+    "mmcache_disk_cache_reads_total",
+    Kind::Counter,
+    "Disk tier reads by outcome",
+)
+.labels(&[ReadOutcome::LABEL]);
+/// Bytes read from hits.
+pub const READ_BYTES: Metric = Metric::new(
+    "mmcache_disk_cache_read_bytes_total",
+    Kind::Counter,
+    "Bytes read from disk-tier hits",
+)
+.unit(Unit::Bytes);
+/// Writes by `outcome`.
+pub const WRITES: Metric = Metric::new(
+    "mmcache_disk_cache_writes_total",
+    Kind::Counter,
+    "Disk tier writes by outcome",
+)
+.labels(&[WriteOutcome::LABEL]);
+/// Bytes written.
+pub const WRITTEN_BYTES: Metric = Metric::new(
+    "mmcache_disk_cache_written_bytes_total",
+    Kind::Counter,
+    "Bytes written to the disk tier",
+)
+.unit(Unit::Bytes);
+/// Entries removed by `reason`.
+pub const EVICTIONS: Metric = Metric::new(
+    "mmcache_disk_cache_evictions_total",
+    Kind::Counter,
+    "Disk tier entries removed, by reason",
+)
+.labels(&[EvictReason::LABEL]);
+/// Names and operations skipped, by `reason`.
+pub const SKIPPED: Metric = Metric::new(
+    "mmcache_disk_cache_skipped_total",
+    Kind::Counter,
+    "Disk tier names and operations skipped, by reason (not ours, or a bound)",
+)
+.labels(&[SkipReason::LABEL])
+.note(
+    "`foreign`: owned by another user outside the group; `busy`: no permit in time; \
+     never an entry removed",
+);
+/// Times the breaker opened (the disk kept timing out or failing).
+pub const BREAKER_OPENS: Metric = Metric::new(
+    "mmcache_disk_cache_breaker_opens_total",
+    Kind::Counter,
+    "Times the disk tier was skipped for a cool-down after failures in a row",
+);
+
+/// Every metric above.
+pub const ALL: &[Metric] = &[
+    READS,
+    READ_BYTES,
+    WRITES,
+    WRITTEN_BYTES,
+    EVICTIONS,
+    SKIPPED,
+    BREAKER_OPENS,
+];
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`READS`].
+    pub enum ReadOutcome: "outcome" {
+        Hit = "hit",
+        Miss = "miss",
+        Expired = "expired",
+        Error = "error",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`WRITES`].
+    pub enum WriteOutcome: "outcome" { Success = "success", Error = "error", Skipped = "skipped" }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`EVICTIONS`].
+    pub enum EvictReason: "reason" {
+        Budget = "budget",
+        Expired = "expired",
+        Corrupt = "corrupt",
+        Partial = "partial",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`SKIPPED`].
+    pub enum SkipReason: "reason" {
+        Link = "link",
+        NotRegular = "not_regular",
+        Foreign = "foreign",
+        UntrustedDir = "untrusted_dir",
+        Busy = "busy",
+        Timeout = "timeout",
+        BreakerOpen = "breaker_open",
+        Panicked = "panicked",
+    }
+}
