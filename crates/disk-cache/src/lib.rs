@@ -105,6 +105,7 @@ struct Inner {
     status: DiskStatus,
     guard: guard::Guard,
     counters: Counters,
+    metrics: Arc<metrics::Handles>,
     /// Bytes this process wrote since its last sweep.
     written_since_sweep: AtomicU64,
     last_sweep: std::sync::Mutex<Instant>,
@@ -165,7 +166,8 @@ impl DiskCache {
     pub fn new(config: DiskCacheConfig) -> Self {
         let owners = Owners::new(config.group);
         let status = trust::check_at_start(&config.dir, owners, config.timeout);
-        let guard = guard::Guard::new(config.timeout, config.max_blocking_ops);
+        let metrics = Arc::new(metrics::Handles::new());
+        let guard = guard::Guard::new(config.timeout, config.max_blocking_ops, metrics.clone());
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -173,6 +175,7 @@ impl DiskCache {
                 status,
                 guard,
                 counters: Counters::default(),
+                metrics,
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
@@ -249,8 +252,8 @@ impl DiskCache {
         bump(&self.inner.counters.skipped, 1);
     }
 
-    fn read_outcome(&self, o: &'static str) {
-        ::metrics::counter!(metrics::READS.name, "outcome" => o).increment(1);
+    fn read_outcome(&self, o: metrics::ReadOutcome) {
+        self.inner.metrics.read(o);
     }
 
     /// Whether `st` is past the TTL, or dated more than [`CLOCK_SKEW`] ahead.
@@ -290,7 +293,7 @@ impl DiskCache {
             Ok(Ok(found)) => found,
             Ok(Err(FsError::Missing)) => Found::Miss,
             Ok(Err(FsError::Skipped(s))) => {
-                s.count();
+                s.count(&self.inner.metrics);
                 self.skipped();
                 Found::Miss
             }
@@ -298,7 +301,7 @@ impl DiskCache {
                 tracing::debug!(error = %e, "disk cache read failed");
                 bump(&c.errors, 1);
                 bump(&c.misses, 1);
-                self.read_outcome("error");
+                self.read_outcome(metrics::ReadOutcome::Error);
                 return None;
             }
             Err(_) => {
@@ -309,18 +312,18 @@ impl DiskCache {
         match found {
             Found::Hit(bytes) => {
                 bump(&c.hits, 1);
-                self.read_outcome("hit");
-                ::metrics::counter!(metrics::READ_BYTES.name).increment(bytes.len() as u64);
+                self.read_outcome(metrics::ReadOutcome::Hit);
+                self.inner.metrics.read_bytes.increment(bytes.len() as u64);
                 Some(bytes)
             }
             Found::Miss => {
                 bump(&c.misses, 1);
-                self.read_outcome("miss");
+                self.read_outcome(metrics::ReadOutcome::Miss);
                 None
             }
             Found::Expired => {
                 bump(&c.misses, 1);
-                self.read_outcome("expired");
+                self.read_outcome(metrics::ReadOutcome::Expired);
                 None
             }
         }
@@ -338,7 +341,7 @@ impl DiskCache {
         if self.expired(&st) {
             if fsops::unlink_if_same(&shard, digest, &st) {
                 bump(&self.inner.counters.evictions, 1);
-                ::metrics::counter!(metrics::EVICTIONS.name, "reason" => "expired").increment(1);
+                self.inner.metrics.evicted(metrics::EvictReason::Expired);
             }
             return Ok(Found::Expired);
         }
@@ -377,7 +380,7 @@ impl DiskCache {
     pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
-            ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
+            self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             return;
         }
         let this = self.clone();
@@ -402,22 +405,22 @@ impl DiskCache {
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
-                ::metrics::counter!(metrics::WRITES.name, "outcome" => "success").increment(1);
-                ::metrics::counter!(metrics::WRITTEN_BYTES.name).increment(len);
+                self.inner.metrics.write(metrics::WriteOutcome::Success);
+                self.inner.metrics.written_bytes.increment(len);
             }
             Ok(Err(FsError::Skipped(s))) => {
-                s.count();
+                s.count(&self.inner.metrics);
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             }
             Ok(Err(e)) => {
                 bump(&c.errors, 1);
-                ::metrics::counter!(metrics::WRITES.name, "outcome" => "error").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Error);
                 tracing::debug!(error = ?e, "disk cache write failed");
             }
             Err(_) => {
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES.name, "outcome" => "skipped").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             }
         }
         // A due sweep runs on its own, not on this load's time.
@@ -484,7 +487,7 @@ impl DiskCache {
             .await;
         if matches!(removed, Ok(Ok(true))) {
             bump(&self.inner.counters.evictions, 1);
-            ::metrics::counter!(metrics::EVICTIONS.name, "reason" => "corrupt").increment(1);
+            self.inner.metrics.evicted(metrics::EvictReason::Corrupt);
         }
     }
 
@@ -526,7 +529,7 @@ impl DiskCache {
                 Ok(Ok(lock::Attempt::Filled)) => return Fill::Filled,
                 Ok(Ok(lock::Attempt::Locked(l))) => return Fill::Locked(l),
                 Ok(Err(FsError::Skipped(s))) => {
-                    s.count();
+                    s.count(&self.inner.metrics);
                     self.skipped();
                     return Fill::GaveUp;
                 }

@@ -104,3 +104,63 @@ mmcache_scope::label_values! {
         Panicked = "panicked",
     }
 }
+
+/// One cache's handles, one per label combination, resolved when the cache is built.
+#[derive(Debug)]
+pub(crate) struct Handles {
+    reads: Vec<::metrics::Counter>,
+    pub(crate) read_bytes: ::metrics::Counter,
+    writes: Vec<::metrics::Counter>,
+    pub(crate) written_bytes: ::metrics::Counter,
+    evictions: Vec<::metrics::Counter>,
+    skipped: Vec<::metrics::Counter>,
+    pub(crate) breaker_opens: ::metrics::Counter,
+}
+
+impl Handles {
+    pub(crate) fn new() -> Self {
+        fn each<E: Copy>(
+            all: &[E],
+            make: impl Fn(E) -> ::metrics::Counter,
+        ) -> Vec<::metrics::Counter> {
+            all.iter().map(|e| make(*e)).collect()
+        }
+        Self {
+            reads: each(
+                ReadOutcome::ALL,
+                |o| ::metrics::counter!(READS.name, "outcome" => o.as_str()),
+            ),
+            read_bytes: ::metrics::counter!(READ_BYTES.name),
+            writes: each(
+                WriteOutcome::ALL,
+                |o| ::metrics::counter!(WRITES.name, "outcome" => o.as_str()),
+            ),
+            written_bytes: ::metrics::counter!(WRITTEN_BYTES.name),
+            evictions: each(
+                EvictReason::ALL,
+                |r| ::metrics::counter!(EVICTIONS.name, "reason" => r.as_str()),
+            ),
+            skipped: each(
+                SkipReason::ALL,
+                |r| ::metrics::counter!(SKIPPED.name, "reason" => r.as_str()),
+            ),
+            breaker_opens: ::metrics::counter!(BREAKER_OPENS.name),
+        }
+    }
+
+    pub(crate) fn read(&self, outcome: ReadOutcome) {
+        self.reads[outcome as usize].increment(1);
+    }
+
+    pub(crate) fn write(&self, outcome: WriteOutcome) {
+        self.writes[outcome as usize].increment(1);
+    }
+
+    pub(crate) fn evicted(&self, reason: EvictReason) {
+        self.evictions[reason as usize].increment(1);
+    }
+
+    pub(crate) fn skipped(&self, reason: SkipReason) {
+        self.skipped[reason as usize].increment(1);
+    }
+}
