@@ -15,14 +15,16 @@ pub const READ_BYTES: Metric = Metric::new(
     Kind::Counter,
     "Bytes read from disk-tier hits",
 )
-.unit(Unit::Bytes);
+.unit(Unit::Bytes)
+.note("loads served from the tier count as `mmcache_loads_total{source=\"disk\"}`");
 /// Writes by `outcome`.
 pub const WRITES: Metric = Metric::new(
     "mmcache_disk_cache_writes_total",
     Kind::Counter,
     "Disk tier writes by outcome",
 )
-.labels(&[WriteOutcome::LABEL]);
+.labels(&[WriteOutcome::LABEL])
+.note("`skipped`: empty or over the download cap");
 /// Bytes written.
 pub const WRITTEN_BYTES: Metric = Metric::new(
     "mmcache_disk_cache_written_bytes_total",
@@ -36,7 +38,8 @@ pub const EVICTIONS: Metric = Metric::new(
     Kind::Counter,
     "Disk tier entries removed, by reason",
 )
-.labels(&[EvictReason::LABEL]);
+.labels(&[EvictReason::LABEL])
+.note("`corrupt`: did not decode; `partial`: left by a writer that died");
 /// Names and operations skipped, by `reason`.
 pub const SKIPPED: Metric = Metric::new(
     "mmcache_disk_cache_skipped_total",
@@ -45,15 +48,17 @@ pub const SKIPPED: Metric = Metric::new(
 )
 .labels(&[SkipReason::LABEL])
 .note(
-    "`foreign`: owned by another user outside the group; `busy`: no permit in time; \
-     never an entry removed",
+    "`not_regular`: FIFO, socket, device, or a folder where a file should be; `foreign`: \
+     owned by another user outside the group; `busy`: no slot for a blocking disk operation \
+     within 100 ms; `timeout`: past `MMCACHE_DISK_CACHE_TIMEOUT_MS`",
 );
 /// Times the breaker opened (the disk kept timing out or failing).
 pub const BREAKER_OPENS: Metric = Metric::new(
     "mmcache_disk_cache_breaker_opens_total",
     Kind::Counter,
     "Times the disk tier was skipped for a cool-down after failures in a row",
-);
+)
+.note("skipped for 5 s after 5 timeouts or `EIO`s in a row; `busy` does not count");
 
 /// Every metric above.
 pub const ALL: &[Metric] = &[

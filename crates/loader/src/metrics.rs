@@ -175,7 +175,10 @@ pub const LOADER: &[Metric] = &[
 pub const ALL: &[(&str, &[Metric])] = &[
     ("Shared cache", shared_cache::ALL),
     ("Loader", LOADER),
-    ("Decoded cache", mmcache_decode::metrics::ALL),
+    (
+        "Decoded and embedding caches (recorded by mmcache-decode)",
+        mmcache_decode::metrics::ALL,
+    ),
     ("Disk tier", mmcache_disk_cache::metrics::ALL),
     ("Embeddings", crate::embeddings::metrics::ALL),
 ];

@@ -1,6 +1,7 @@
 //! docs/metrics.md's tables are generated from the metric declarations
 //! (`mmcache_loader::metrics::ALL`): this test renders them and fails on any difference,
-//! printing the text to paste between the markers.
+//! printing the text to paste between the markers. With `MMCACHE_UPDATE_DOCS=1` it writes that
+//! text into the file instead (after adding or changing a declaration).
 
 use std::path::Path;
 
@@ -85,10 +86,16 @@ fn docs_metrics_md_tables_match_the_declarations() -> anyhow::Result<()> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
     let doc = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     let expected = render();
-    let found = doc
+    let parts = doc
         .split_once(BEGIN)
-        .and_then(|(_, rest)| rest.split_once(END))
-        .map(|(table, _)| table);
+        .and_then(|(head, rest)| Some((head, rest.split_once(END)?)));
+    let found = parts.map(|(_, (table, _))| table);
+    if std::env::var_os("MMCACHE_UPDATE_DOCS").is_some_and(|v| v == "1") && found != Some(&expected)
+    {
+        let (head, (_, tail)) = parts.context("docs/metrics.md has no markers")?;
+        std::fs::write(&path, format!("{head}{BEGIN}{expected}{END}{tail}"))?;
+        return Ok(());
+    }
     assert!(
         found == Some(expected.as_str()),
         "docs/metrics.md differs from the declarations; between\n{BEGIN}\nand\n{END}\nit \

@@ -130,14 +130,13 @@ pub const LEASE_WAITS: Metric = Metric::new(
      this process computes",
 );
 
-/// Every embedding metric.
+/// Every embedding metric the loader records ([`ENTRIES`] and [`BYTES`] are
+/// `mmcache_decode`'s).
 pub const ALL: &[Metric] = &[
     HITS,
     MISSES,
     EVICTIONS,
     NOT_STORED,
-    ENTRIES,
-    BYTES,
     COMPUTES,
     COMPUTE_DURATION,
     COALESCED,
