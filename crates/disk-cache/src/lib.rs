@@ -65,7 +65,6 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use mmcache_scope::CacheIdentity;
 
-use config::Counters;
 pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
 use fsops::{FsError, FsResult, Owners};
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
@@ -104,7 +103,6 @@ struct Inner {
     owners: Owners,
     status: DiskStatus,
     guard: guard::Guard,
-    counters: Counters,
     metrics: Arc<metrics::Handles>,
     /// Bytes this process wrote since its last sweep.
     written_since_sweep: AtomicU64,
@@ -174,7 +172,6 @@ impl DiskCache {
                 owners,
                 status,
                 guard,
-                counters: Counters::default(),
                 metrics,
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
@@ -215,7 +212,7 @@ impl DiskCache {
 
     /// Counters of this instance.
     pub fn stats(&self) -> DiskCacheStats {
-        let c = &self.inner.counters;
+        let c = &self.inner.metrics.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         DiskCacheStats {
             hits: load(&c.hits),
@@ -249,7 +246,7 @@ impl DiskCache {
 
     /// Counts an operation that did not complete (a bound or a skipped name).
     fn skipped(&self) {
-        bump(&self.inner.counters.skipped, 1);
+        bump(&self.inner.metrics.stats.skipped, 1);
     }
 
     fn read_outcome(&self, o: metrics::ReadOutcome) {
@@ -272,9 +269,9 @@ impl DiskCache {
 
     /// [`DiskCache::get`] by the entry's hex digest name.
     pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
-        let c = &self.inner.counters;
         if !self.enabled() {
-            bump(&c.misses, 1);
+            // Not a read: no metric, a miss in the stats.
+            bump(&self.inner.metrics.stats.misses, 1);
             return None;
         }
         let this = self.clone();
@@ -299,8 +296,6 @@ impl DiskCache {
             }
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");
-                bump(&c.errors, 1);
-                bump(&c.misses, 1);
                 self.read_outcome(metrics::ReadOutcome::Error);
                 return None;
             }
@@ -311,18 +306,15 @@ impl DiskCache {
         };
         match found {
             Found::Hit(bytes) => {
-                bump(&c.hits, 1);
                 self.read_outcome(metrics::ReadOutcome::Hit);
                 self.inner.metrics.read_bytes.increment(bytes.len() as u64);
                 Some(bytes)
             }
             Found::Miss => {
-                bump(&c.misses, 1);
                 self.read_outcome(metrics::ReadOutcome::Miss);
                 None
             }
             Found::Expired => {
-                bump(&c.misses, 1);
                 self.read_outcome(metrics::ReadOutcome::Expired);
                 None
             }
@@ -340,7 +332,6 @@ impl DiskCache {
         let (mut file, st) = fsops::open_file_at(&shard, digest, &self.inner.owners)?;
         if self.expired(&st) {
             if fsops::unlink_if_same(&shard, digest, &st) {
-                bump(&self.inner.counters.evictions, 1);
                 self.inner.metrics.evicted(metrics::EvictReason::Expired);
             }
             return Ok(Found::Expired);
@@ -398,10 +389,8 @@ impl DiskCache {
                 this.write(&digest, &bytes)
             })
             .await;
-        let c = &self.inner.counters;
         match result {
             Ok(Ok(())) => {
-                bump(&c.writes, 1);
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
@@ -414,7 +403,6 @@ impl DiskCache {
                 self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             }
             Ok(Err(e)) => {
-                bump(&c.errors, 1);
                 self.inner.metrics.write(metrics::WriteOutcome::Error);
                 tracing::debug!(error = ?e, "disk cache write failed");
             }
@@ -486,7 +474,6 @@ impl DiskCache {
             })
             .await;
         if matches!(removed, Ok(Ok(true))) {
-            bump(&self.inner.counters.evictions, 1);
             self.inner.metrics.evicted(metrics::EvictReason::Corrupt);
         }
     }

@@ -1,6 +1,12 @@
 //! The disk tier's metrics, declared once; docs/metrics.md is generated from them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use mmcache_scope::metric::{Kind, Metric, Unit};
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Reads by `outcome`.
 pub const READS: Metric = Metric::new(
@@ -110,9 +116,12 @@ mmcache_scope::label_values! {
     }
 }
 
-/// One cache's handles, one per label combination, resolved when the cache is built.
+/// One cache's handles, one per label combination, resolved when the cache is built, and the
+/// instance's [`DiskCacheStats`](crate::DiskCacheStats) counters: each event is one call here,
+/// which counts it in both (the facade's view is process-wide, the stats are this instance's).
 #[derive(Debug)]
 pub(crate) struct Handles {
+    pub(crate) stats: crate::config::Counters,
     reads: Vec<::metrics::Counter>,
     pub(crate) read_bytes: ::metrics::Counter,
     writes: Vec<::metrics::Counter>,
@@ -131,6 +140,7 @@ impl Handles {
             all.iter().map(|e| make(*e)).collect()
         }
         Self {
+            stats: crate::config::Counters::default(),
             reads: each(
                 ReadOutcome::ALL,
                 |o| ::metrics::counter!(READS.name, "outcome" => o.as_str()),
@@ -153,15 +163,33 @@ impl Handles {
         }
     }
 
+    /// A read's outcome: a hit, or a miss (an error is also a miss in the stats).
     pub(crate) fn read(&self, outcome: ReadOutcome) {
+        let s = &self.stats;
+        match outcome {
+            ReadOutcome::Hit => bump(&s.hits),
+            ReadOutcome::Miss | ReadOutcome::Expired => bump(&s.misses),
+            ReadOutcome::Error => {
+                bump(&s.errors);
+                bump(&s.misses);
+            }
+        }
         self.reads[outcome as usize].increment(1);
     }
 
+    /// A write's outcome. A skipped one is neither a write nor an error in the stats (a bound
+    /// or a name that stopped it counts as `skipped` there).
     pub(crate) fn write(&self, outcome: WriteOutcome) {
+        match outcome {
+            WriteOutcome::Success => bump(&self.stats.writes),
+            WriteOutcome::Error => bump(&self.stats.errors),
+            WriteOutcome::Skipped => {}
+        }
         self.writes[outcome as usize].increment(1);
     }
 
     pub(crate) fn evicted(&self, reason: EvictReason) {
+        bump(&self.stats.evictions);
         self.evictions[reason as usize].increment(1);
     }
 

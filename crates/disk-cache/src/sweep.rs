@@ -83,7 +83,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             Err(_) => return None,
         }
     }
-    bump(&inner.counters.sweeps, 1);
+    bump(&inner.metrics.stats.sweeps, 1);
     let now = SystemTime::now();
     let older_than = |st: &Stat, limit: Duration| {
         let t = fsops::mtime(st);
@@ -94,7 +94,6 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
     };
     let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: EvictReason| {
         if fsops::unlink_if_same(dir, name, judged) {
-            bump(&inner.counters.evictions, 1);
             inner.metrics.evicted(reason);
         }
     };
