@@ -102,7 +102,7 @@ pub const DELETED: Metric = Metric::new(
     Kind::Counter,
     "Bad embedding values deleted from a fleet tier",
 )
-.labels(&[FleetTier::LABEL, WireErrorKind::LABEL])
+.labels(&[FleetTier::LABEL, DeleteReason::LABEL])
 .note("bad values deleted and recomputed");
 /// Computed values not written to the fleet tiers; label `reason`.
 pub const FLEET_NOT_STORED: Metric = Metric::new(
@@ -110,7 +110,7 @@ pub const FLEET_NOT_STORED: Metric = Metric::new(
     Kind::Counter,
     "Embeddings not written to the fleet tiers",
 )
-.labels(&[WireErrorKind::LABEL]);
+.labels(&[NotStoredReason::LABEL]);
 /// Lease attempts on a shared miss; label `outcome`.
 pub const LEASES: Metric = Metric::new(
     "mmcache_embedding_lease_total",
@@ -172,6 +172,50 @@ mmcache_scope::label_values! {
         Error = "error",
         Panic = "panic",
         Cancelled = "cancelled",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`DELETED`]: why a value read from a tier was refused.
+    pub enum DeleteReason: "reason" {
+        Truncated = "truncated",
+        Corrupt = "corrupt",
+        Foreign = "foreign",
+        OtherKey = "other_key",
+        Oversized = "oversized",
+    }
+}
+
+impl DeleteReason {
+    /// The reason of a value refused on read (reading never finds a value unencodable; were
+    /// it to, the value is one this process cannot use: corrupt).
+    pub(crate) fn of(kind: WireErrorKind) -> Self {
+        match kind {
+            WireErrorKind::Truncated => Self::Truncated,
+            WireErrorKind::Foreign => Self::Foreign,
+            WireErrorKind::Corrupt | WireErrorKind::Unencodable => Self::Corrupt,
+            WireErrorKind::OtherKey => Self::OtherKey,
+            WireErrorKind::Oversized => Self::Oversized,
+        }
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`FLEET_NOT_STORED`]: why a computed value was not written.
+    pub enum NotStoredReason: "reason" { Oversized = "oversized", Unencodable = "unencodable" }
+}
+
+impl NotStoredReason {
+    /// The reason of a value that did not encode (encoding fails only by size or by content).
+    pub(crate) fn of(kind: WireErrorKind) -> Self {
+        match kind {
+            WireErrorKind::Oversized => Self::Oversized,
+            WireErrorKind::Truncated
+            | WireErrorKind::Foreign
+            | WireErrorKind::Corrupt
+            | WireErrorKind::OtherKey
+            | WireErrorKind::Unencodable => Self::Unencodable,
+        }
     }
 }
 
@@ -274,13 +318,13 @@ impl FleetMetrics {
             writes_error: writes(Outcome::Error),
             deleted: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
                 PerLabel::new(
-                    WireErrorKind::ALL,
-                    move |r: WireErrorKind| ::metrics::counter!(DELETED.name, "tier" => t.as_str(), "reason" => r.as_str()),
+                    DeleteReason::ALL,
+                    move |r: DeleteReason| ::metrics::counter!(DELETED.name, "tier" => t.as_str(), "reason" => r.as_str()),
                 )
             }),
             not_stored: PerLabel::new(
-                WireErrorKind::ALL,
-                |r: WireErrorKind| ::metrics::counter!(FLEET_NOT_STORED.name, "reason" => r.as_str()),
+                NotStoredReason::ALL,
+                |r: NotStoredReason| ::metrics::counter!(FLEET_NOT_STORED.name, "reason" => r.as_str()),
             ),
             leases: PerLabel::new(
                 LeaseOutcome::ALL,
@@ -309,12 +353,14 @@ impl FleetMetrics {
         self.writes_error.get(tier as usize).increment(1);
     }
     pub(crate) fn deleted(&self, tier: FleetTier, reason: WireErrorKind) {
+        let reason = DeleteReason::of(reason);
         self.deleted
             .get(tier as usize)
             .get(reason as usize)
             .increment(1);
     }
     pub(crate) fn not_stored(&self, reason: WireErrorKind) {
+        let reason = NotStoredReason::of(reason);
         self.not_stored.get(reason as usize).increment(1);
     }
     pub(crate) fn lease(&self, outcome: LeaseOutcome) {
