@@ -56,7 +56,8 @@ pub const SKIPPED: Metric = Metric::new(
 .note(
     "`not_regular`: FIFO, socket, device, or a folder where a file should be; `foreign`: \
      owned by another user outside the group; `busy`: no slot for a blocking disk operation \
-     within 100 ms; `timeout`: past `MMCACHE_DISK_CACHE_TIMEOUT_MS`",
+     within 100 ms; `stalled`: no slot in time, every one held by an operation past its \
+     deadline (counts toward the breaker); `timeout`: past `MMCACHE_DISK_CACHE_TIMEOUT_MS`",
 );
 /// Times the breaker opened (the disk kept timing out or failing).
 pub const BREAKER_OPENS: Metric = Metric::new(
@@ -64,7 +65,7 @@ pub const BREAKER_OPENS: Metric = Metric::new(
     Kind::Counter,
     "Times the disk tier was skipped for a cool-down after failures in a row",
 )
-.note("skipped for 5 s after 5 timeouts or `EIO`s in a row; `busy` does not count");
+.note("skipped for 5 s after 5 timeouts, `EIO`s or `stalled` in a row; `busy` does not count");
 
 /// Every metric above.
 pub const ALL: &[Metric] = &[
@@ -110,6 +111,7 @@ mmcache_scope::label_values! {
         Foreign = "foreign",
         UntrustedDir = "untrusted_dir",
         Busy = "busy",
+        Stalled = "stalled",
         Timeout = "timeout",
         BreakerOpen = "breaker_open",
         Panicked = "panicked",
