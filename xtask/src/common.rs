@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use mmcache_loader::metrics::prometheus::PrometheusHandle;
 use mmcache_loader::{Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
@@ -235,15 +235,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
 
 /// Installs the Prometheus recorder with our buckets (once per process).
 pub(crate) fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
-        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)?;
-    }
-    let handle = builder
-        .install_recorder()
-        .context("install the Prometheus recorder")?;
-    mmcache_loader::metrics::describe();
-    Ok(handle)
+    mmcache_loader::metrics::install_prometheus().context("install the Prometheus recorder")
 }
 
 /// A multi-thread runtime for the async parts of a job.

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use mmcache_loader::metrics::prometheus::PrometheusHandle;
 use mmcache_loader::scope::Scope;
 
 /// A data URL of a 1x1 GIF: examples that run anywhere, with no network.
@@ -167,13 +167,7 @@ fn init_logs() -> anyhow::Result<()> {
 
 /// Installs the Prometheus recorder with the loader's buckets (before any `Loader` is built).
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
-        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)?;
-    }
-    let handle = builder.install_recorder()?;
-    mmcache_loader::metrics::describe();
-    Ok(handle)
+    Ok(mmcache_loader::metrics::install_prometheus()?)
 }
 
 /// The `--scope` argument as a [`Scope`].

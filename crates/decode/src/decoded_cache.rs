@@ -69,8 +69,8 @@ impl DecodedCache {
     /// without a second decode).
     pub fn with_max_pixels(max_bytes: u64, max_entries: Option<usize>, max_pixels: u64) -> Self {
         let gauges = Gauges::new(
-            crate::metrics::DECODED_CACHE_ENTRIES,
-            crate::metrics::DECODED_CACHE_BYTES,
+            crate::metrics::DECODED_CACHE_ENTRIES.name,
+            crate::metrics::DECODED_CACHE_BYTES.name,
         );
         let sizing = Sizing {
             largest_entry: max_pixels

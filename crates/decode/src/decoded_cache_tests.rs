@@ -298,8 +298,8 @@ fn gauges_follow_the_caches_and_return_to_zero_on_drop() {
     });
     let gauges = || {
         (
-            recorder.value(crate::metrics::DECODED_CACHE_ENTRIES),
-            recorder.value(crate::metrics::DECODED_CACHE_BYTES),
+            recorder.value(crate::metrics::DECODED_CACHE_ENTRIES.name),
+            recorder.value(crate::metrics::DECODED_CACHE_BYTES.name),
         )
     };
     let sum = |caches: &[&DecodedCache]| {

@@ -333,8 +333,8 @@ impl EmbeddingStore {
     pub fn new(max_bytes: u64) -> Self {
         let inner = (max_bytes > 0).then(|| {
             let gauges = Gauges {
-                entries: metrics::gauge!(names::EMBEDDING_CACHE_ENTRIES, names::TIER => names::TIER_MEMORY),
-                bytes: metrics::gauge!(names::EMBEDDING_CACHE_BYTES, names::TIER => names::TIER_MEMORY),
+                entries: metrics::gauge!(names::EMBEDDING_CACHE_ENTRIES.name, "tier" => names::MemoryTier::Memory.as_str()),
+                bytes: metrics::gauge!(names::EMBEDDING_CACHE_BYTES.name, "tier" => names::MemoryTier::Memory.as_str()),
             };
             WeightedCache::new(max_bytes, None, EMBEDDING_SIZING, gauges)
         });

@@ -105,18 +105,35 @@ pub enum WireError {
     Tensor(#[from] TensorError),
 }
 
+mmcache_scope::label_values! {
+    /// What kind of [`WireError`] a value met: the `reason` label of the embedding metrics.
+    pub enum WireErrorKind: "reason" {
+        Truncated = "truncated",
+        Foreign = "foreign",
+        Corrupt = "corrupt",
+        OtherKey = "other_key",
+        Oversized = "oversized",
+        Unencodable = "unencodable",
+    }
+}
+
 impl WireError {
+    /// The error's kind, a metric label.
+    pub fn label(&self) -> WireErrorKind {
+        match self {
+            Self::Truncated { .. } => WireErrorKind::Truncated,
+            Self::Foreign { .. } => WireErrorKind::Foreign,
+            Self::Corrupt { .. } | Self::Tensor(_) => WireErrorKind::Corrupt,
+            Self::OtherKey { .. } => WireErrorKind::OtherKey,
+            Self::Oversized { .. } => WireErrorKind::Oversized,
+            Self::Unencodable { .. } => WireErrorKind::Unencodable,
+        }
+    }
+
     /// A short label for metrics: `truncated`, `foreign`, `corrupt`, `other_key`,
     /// `oversized`, `unencodable`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Truncated { .. } => "truncated",
-            Self::Foreign { .. } => "foreign",
-            Self::Corrupt { .. } | Self::Tensor(_) => "corrupt",
-            Self::OtherKey { .. } => "other_key",
-            Self::Oversized { .. } => "oversized",
-            Self::Unencodable { .. } => "unencodable",
-        }
+        self.label().as_str()
     }
 }
 

@@ -3,33 +3,22 @@
 
 use crate::error::Error;
 
-/// A raster format mmcache decodes, sniffed from the bytes (never from the URL).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ImageFormat {
-    /// JPEG (baseline and progressive, CMYK included).
-    Jpeg,
-    /// PNG (any bit depth and colour type).
-    Png,
-    /// WebP (lossy and lossless).
-    WebP,
-    /// GIF (first frame).
-    Gif,
+mmcache_scope::label_values! {
+    /// A raster format mmcache decodes, sniffed from the bytes (never from the URL).
+    #[non_exhaustive]
+    pub enum ImageFormat: "format" {
+        /// JPEG (baseline and progressive, CMYK included).
+        Jpeg = "jpeg",
+        /// PNG (any bit depth and colour type).
+        Png = "png",
+        /// WebP (lossy and lossless).
+        WebP = "webp",
+        /// GIF (first frame).
+        Gif = "gif",
+    }
 }
 
 impl ImageFormat {
-    /// Lowercase name, for metric labels and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Jpeg => "jpeg",
-            Self::Png => "png",
-            Self::WebP => "webp",
-            Self::Gif => "gif",
-        }
-    }
-
-    const ALL: [ImageFormat; 4] = [Self::Jpeg, Self::Png, Self::WebP, Self::Gif];
-
     fn bit(self) -> u8 {
         match self {
             Self::Jpeg => 1,
@@ -91,7 +80,8 @@ impl ImageFormats {
     /// The accepted formats, in a fixed order.
     pub fn iter(self) -> impl Iterator<Item = ImageFormat> {
         ImageFormat::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(move |f| self.contains(*f))
     }
 }

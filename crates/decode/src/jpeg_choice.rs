@@ -5,24 +5,15 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::turbo;
 
-/// Which JPEG decoder decodes JPEG files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum JpegDecoder {
-    /// libjpeg-turbo, loaded at run time: Pillow's pixels, byte for byte.
-    LibjpegTurbo,
-    /// The pure-Rust decoder (zune-jpeg through `image`): no system library needed, pixels
-    /// within a few levels of Pillow's (see docs/decoding.md).
-    PureRust,
-}
-
-impl JpegDecoder {
-    /// `libjpeg-turbo` or `pure-rust`, for metric labels and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LibjpegTurbo => "libjpeg-turbo",
-            Self::PureRust => "pure-rust",
-        }
+mmcache_scope::label_values! {
+    /// Which JPEG decoder decodes JPEG files.
+    #[non_exhaustive]
+    pub enum JpegDecoder: "decoder" {
+        /// libjpeg-turbo, loaded at run time: Pillow's pixels, byte for byte.
+        LibjpegTurbo = "libjpeg-turbo",
+        /// The pure-Rust decoder (zune-jpeg through `image`): no system library needed, pixels
+        /// within a few levels of Pillow's (see docs/decoding.md).
+        PureRust = "pure-rust",
     }
 }
 

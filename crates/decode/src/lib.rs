@@ -89,8 +89,8 @@ pub use crate::embedding::{
 };
 pub use crate::embedding_wire::{
     DEFAULT_EMBEDDING_CHUNK_BYTES, DEFAULT_EMBEDDING_MAX_VALUE_BYTES, EMBEDDING_FORMAT_VERSION,
-    MANIFEST_BYTES, MAX_DIMS, MAX_EMBEDDING_CHUNKS, Manifest, ValueBuf, WireError, decode_value,
-    encode_value,
+    MANIFEST_BYTES, MAX_DIMS, MAX_EMBEDDING_CHUNKS, Manifest, ValueBuf, WireError, WireErrorKind,
+    decode_value, encode_value,
 };
 pub use crate::error::{Error, Result};
 pub use crate::format::{ImageFormat, ImageFormats, sniff};

@@ -20,9 +20,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-
 use crate::fsops::{self, FsError, FsResult, Owners};
-use crate::{DiskCache, Found, bump, metrics};
+use crate::{DiskCache, Found, metrics};
 
 /// The soft limit on open files from which the shard folders' handles are kept.
 pub(crate) const KEEP_SHARDS_FROM: u64 = 4096;
@@ -151,8 +150,7 @@ impl DiskCache {
         let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
         if self.expired(&st) {
             if fsops::unlink_if_same(shard, digest, &st) {
-                bump(&self.inner.counters.evictions, 1);
-                ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
+                self.inner.metrics.evicted(metrics::EvictReason::Expired);
             }
             return Ok(Found::Expired);
         }

@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{self, AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use crate::metrics;
+use crate::metrics::{Handles, SkipReason};
 
-/// Why an operation did not touch a name (the `reason` label of [`metrics::SKIPPED`]).
+/// Why an operation did not touch a name (the `reason` label of [`SKIPPED`](crate::metrics::SKIPPED)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Skip {
     /// A symbolic link where a file or folder of ours should be.
@@ -30,17 +30,17 @@ pub(crate) enum Skip {
 }
 
 impl Skip {
-    pub(crate) fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> SkipReason {
         match self {
-            Skip::Link => "link",
-            Skip::NotRegular => "not_regular",
-            Skip::Foreign => "foreign",
-            Skip::UntrustedDir => "untrusted_dir",
+            Skip::Link => SkipReason::Link,
+            Skip::NotRegular => SkipReason::NotRegular,
+            Skip::Foreign => SkipReason::Foreign,
+            Skip::UntrustedDir => SkipReason::UntrustedDir,
         }
     }
 
-    pub(crate) fn count(self) {
-        ::metrics::counter!(metrics::SKIPPED, "reason" => self.label()).increment(1);
+    pub(crate) fn count(self, metrics: &Handles) {
+        metrics.skipped(self.label());
     }
 }
 

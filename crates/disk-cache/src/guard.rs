@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::fsops::{FsError, FsResult};
-use crate::metrics;
+use crate::metrics::{Handles, SkipReason};
 
 /// Longest wait for a permit: all of them held that long means the disk is stalled or
 /// saturated, and the load is better served by the next tier.
@@ -46,19 +46,20 @@ pub(crate) enum Bounded {
 }
 
 impl Bounded {
-    fn label(self) -> &'static str {
+    fn label(self) -> SkipReason {
         match self {
-            Bounded::Breaker => "breaker_open",
-            Bounded::Busy => "busy",
-            Bounded::Stalled => "stalled",
-            Bounded::Timeout => "timeout",
-            Bounded::Panicked => "panicked",
+            Bounded::Breaker => SkipReason::BreakerOpen,
+            Bounded::Busy => SkipReason::Busy,
+            Bounded::Stalled => SkipReason::Stalled,
+            Bounded::Timeout => SkipReason::Timeout,
+            Bounded::Panicked => SkipReason::Panicked,
         }
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct Guard {
+    metrics: Arc<Handles>,
     permits: Arc<Semaphore>,
     timeout: Duration,
     /// Failures in a row.
@@ -111,9 +112,10 @@ impl Drop for PendingWrite {
 }
 
 impl Guard {
-    pub(crate) fn new(timeout: Duration, max_blocking_ops: usize) -> Self {
+    pub(crate) fn new(timeout: Duration, max_blocking_ops: usize, metrics: Arc<Handles>) -> Self {
         let max_ops = max_blocking_ops.max(1);
         Self {
+            metrics,
             permits: Arc::new(Semaphore::new(max_ops)),
             max_ops,
             overdue: Arc::default(),
@@ -143,7 +145,7 @@ impl Guard {
                 .now_ms()
                 .saturating_add(u64::try_from(BREAKER_COOLDOWN.as_millis()).unwrap_or(u64::MAX));
             self.open_until.store(until, Ordering::Release);
-            ::metrics::counter!(metrics::BREAKER_OPENS).increment(1);
+            self.metrics.breaker_opens.increment(1);
             tracing::warn!(
                 failures = n,
                 cooldown_secs = BREAKER_COOLDOWN.as_secs(),
@@ -204,7 +206,7 @@ impl Guard {
     ) -> Result<FsResult<T>, Bounded> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let bounded = |b: Bounded| {
-            ::metrics::counter!(metrics::SKIPPED, "reason" => b.label()).increment(1);
+            self.metrics.skipped(b.label());
             // Only what the disk did counts: a deadline passed or the operation died.
             if matches!(b, Bounded::Timeout | Bounded::Panicked | Bounded::Stalled) {
                 self.failed();

@@ -68,7 +68,6 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use mmcache_scope::CacheIdentity;
 
-use config::Counters;
 pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
 use fsops::{FsError, FsResult, Owners};
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
@@ -92,26 +91,7 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// a file system's rounding) before the entry counts as expired.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(2);
 
-/// Metric names.
-pub mod metrics {
-    /// Reads by `outcome` (`hit`, `miss`, `expired`, `error`).
-    pub const READS: &str = "mmcache_disk_cache_reads_total";
-    /// Bytes read from hits.
-    pub const READ_BYTES: &str = "mmcache_disk_cache_read_bytes_total";
-    /// Writes by `outcome` (`success`, `error`, `skipped`).
-    pub const WRITES: &str = "mmcache_disk_cache_writes_total";
-    /// Bytes written.
-    pub const WRITTEN_BYTES: &str = "mmcache_disk_cache_written_bytes_total";
-    /// Entries removed by `reason` (`budget`, `expired`, `corrupt`, `partial`).
-    pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
-    /// Names and operations skipped, by `reason`: `link`, `not_regular`, `foreign` (owned by
-    /// another user outside the group), `untrusted_dir`, `busy` (no permit in time),
-    /// `stalled` (no permit in time, every one held by an operation past its deadline: counts
-    /// toward the breaker), `timeout`, `breaker_open`, `panicked`.
-    pub const SKIPPED: &str = "mmcache_disk_cache_skipped_total";
-    /// Times the breaker opened (the disk kept timing out or failing).
-    pub const BREAKER_OPENS: &str = "mmcache_disk_cache_breaker_opens_total";
-}
+pub mod metrics;
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
@@ -141,7 +121,7 @@ struct Inner {
     /// Folder handles kept open for reads.
     dirs: dirs::Dirs,
     guard: guard::Guard,
-    counters: Counters,
+    metrics: Arc<metrics::Handles>,
     /// Bytes this process wrote since its last sweep.
     written_since_sweep: AtomicU64,
     last_sweep: std::sync::Mutex<Instant>,
@@ -206,7 +186,8 @@ impl DiskCache {
     pub fn new(config: DiskCacheConfig) -> Self {
         let owners = Owners::new(config.group);
         let (status, v1) = trust::check_at_start(&config.dir, owners, config.timeout);
-        let guard = guard::Guard::new(config.timeout, config.max_blocking_ops);
+        let metrics = Arc::new(metrics::Handles::new());
+        let guard = guard::Guard::new(config.timeout, config.max_blocking_ops, metrics.clone());
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -214,7 +195,7 @@ impl DiskCache {
                 status,
                 dirs: dirs::Dirs::new(v1),
                 guard,
-                counters: Counters::default(),
+                metrics,
                 written_since_sweep: AtomicU64::new(0),
                 last_sweep: std::sync::Mutex::new(Instant::now()),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
@@ -262,7 +243,7 @@ impl DiskCache {
 
     /// Counters of this instance.
     pub fn stats(&self) -> DiskCacheStats {
-        let c = &self.inner.counters;
+        let c = &self.inner.metrics.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         DiskCacheStats {
             hits: load(&c.hits),
@@ -296,11 +277,11 @@ impl DiskCache {
 
     /// Counts an operation that did not complete (a bound or a skipped name).
     fn skipped(&self) {
-        bump(&self.inner.counters.skipped, 1);
+        bump(&self.inner.metrics.stats.skipped, 1);
     }
 
-    fn read_outcome(&self, o: &'static str) {
-        ::metrics::counter!(metrics::READS, "outcome" => o).increment(1);
+    fn read_outcome(&self, o: metrics::ReadOutcome) {
+        self.inner.metrics.read(o);
     }
 
     /// Whether `st` is past the TTL, or dated more than [`CLOCK_SKEW`] ahead.
@@ -319,9 +300,9 @@ impl DiskCache {
 
     /// [`DiskCache::get`] by the entry's hex digest name.
     pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
-        let c = &self.inner.counters;
         if !self.enabled() {
-            bump(&c.misses, 1);
+            // Not a read: no metric, a miss in the stats.
+            bump(&self.inner.metrics.stats.misses, 1);
             return None;
         }
         let this = self.clone();
@@ -340,15 +321,13 @@ impl DiskCache {
             Ok(Ok(found)) => found,
             Ok(Err(FsError::Missing)) => Found::Miss,
             Ok(Err(FsError::Skipped(s))) => {
-                s.count();
+                s.count(&self.inner.metrics);
                 self.skipped();
                 Found::Miss
             }
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");
-                bump(&c.errors, 1);
-                bump(&c.misses, 1);
-                self.read_outcome("error");
+                self.read_outcome(metrics::ReadOutcome::Error);
                 return None;
             }
             Err(_) => {
@@ -366,19 +345,16 @@ impl DiskCache {
         match found {
             Found::Open(..) => unreachable!("read above"),
             Found::Hit(bytes) => {
-                bump(&c.hits, 1);
-                self.read_outcome("hit");
-                ::metrics::counter!(metrics::READ_BYTES).increment(bytes.len() as u64);
+                self.read_outcome(metrics::ReadOutcome::Hit);
+                self.inner.metrics.read_bytes.increment(bytes.len() as u64);
                 Some(bytes)
             }
             Found::Miss => {
-                bump(&c.misses, 1);
-                self.read_outcome("miss");
+                self.read_outcome(metrics::ReadOutcome::Miss);
                 None
             }
             Found::Expired => {
-                bump(&c.misses, 1);
-                self.read_outcome("expired");
+                self.read_outcome(metrics::ReadOutcome::Expired);
                 None
             }
         }
@@ -404,8 +380,7 @@ impl DiskCache {
     async fn read_open(&self, mut file: std::fs::File, len: usize) -> Option<Found> {
         let memory = self.inner.read_memory.get()?;
         let Some(hold) = memory(len as u64).await else {
-            bump(&self.inner.counters.misses, 1);
-            self.read_outcome("no_memory");
+            self.read_outcome(metrics::ReadOutcome::NoMemory);
             return None;
         };
         let this = self.clone();
@@ -419,9 +394,7 @@ impl DiskCache {
             Ok(Ok(None)) => Some(Found::Miss),
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");
-                bump(&self.inner.counters.errors, 1);
-                bump(&self.inner.counters.misses, 1);
-                self.read_outcome("error");
+                self.read_outcome(metrics::ReadOutcome::Error);
                 None
             }
             Ok(Err(_)) => Some(Found::Miss),
@@ -451,7 +424,7 @@ impl DiskCache {
     pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
-            ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+            self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             return;
         }
         let this = self.clone();
@@ -469,29 +442,26 @@ impl DiskCache {
                 this.write(&digest, &bytes)
             })
             .await;
-        let c = &self.inner.counters;
         match result {
             Ok(Ok(())) => {
-                bump(&c.writes, 1);
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
-                ::metrics::counter!(metrics::WRITES, "outcome" => "success").increment(1);
-                ::metrics::counter!(metrics::WRITTEN_BYTES).increment(len);
+                self.inner.metrics.write(metrics::WriteOutcome::Success);
+                self.inner.metrics.written_bytes.increment(len);
             }
             Ok(Err(FsError::Skipped(s))) => {
-                s.count();
+                s.count(&self.inner.metrics);
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             }
             Ok(Err(e)) => {
-                bump(&c.errors, 1);
-                ::metrics::counter!(metrics::WRITES, "outcome" => "error").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Error);
                 tracing::debug!(error = ?e, "disk cache write failed");
             }
             Err(_) => {
                 self.skipped();
-                ::metrics::counter!(metrics::WRITES, "outcome" => "skipped").increment(1);
+                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             }
         }
         // A due sweep runs on its own, not on this load's time.
@@ -557,8 +527,7 @@ impl DiskCache {
             })
             .await;
         if matches!(removed, Ok(Ok(true))) {
-            bump(&self.inner.counters.evictions, 1);
-            ::metrics::counter!(metrics::EVICTIONS, "reason" => "corrupt").increment(1);
+            self.inner.metrics.evicted(metrics::EvictReason::Corrupt);
         }
     }
 
@@ -600,7 +569,7 @@ impl DiskCache {
                 Ok(Ok(lock::Attempt::Filled)) => return Fill::Filled,
                 Ok(Ok(lock::Attempt::Locked(l))) => return Fill::Locked(l),
                 Ok(Err(FsError::Skipped(s))) => {
-                    s.count();
+                    s.count(&self.inner.metrics);
                     self.skipped();
                     return Fill::GaveUp;
                 }

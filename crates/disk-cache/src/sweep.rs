@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use rustix::fs::Stat;
 
 use crate::fsops::{self, FsError, Owners, Skip};
-use crate::{DiskCache, bump, metrics};
+use crate::metrics::{EvictReason, Handles};
+use crate::{DiskCache, bump};
 
 /// A temporary file older than this belongs to a writer that died mid-write.
 const PARTIAL_AFTER: Duration = Duration::from_secs(600);
@@ -21,7 +22,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether `st` is a file or folder of ours (`dir`: which of the two it must be); counts the
 /// reason when it is not.
-fn ours(st: &Stat, owners: &Owners, dir: bool) -> bool {
+fn ours(st: &Stat, owners: &Owners, dir: bool, metrics: &Handles) -> bool {
     let skip = if (st.st_mode & 0o170000) == 0o120000 {
         Some(Skip::Link)
     } else if (dir && !fsops::is_dir(st)) || (!dir && !fsops::is_file(st)) {
@@ -31,7 +32,7 @@ fn ours(st: &Stat, owners: &Owners, dir: bool) -> bool {
     } else {
         None
     };
-    skip.inspect(|s| s.count()).is_none()
+    skip.inspect(|s| s.count(metrics)).is_none()
 }
 
 /// The folders of `parent` that are ours, opened without following links, with their names.
@@ -39,18 +40,19 @@ fn subdirs(
     parent: &OwnedFd,
     owners: &Owners,
     keep: impl Fn(&str) -> bool,
+    metrics: &Handles,
 ) -> Vec<(String, OwnedFd)> {
     let mut out = Vec::new();
     for name in fsops::names(parent).into_iter().filter(|n| keep(n)) {
         let Ok(st) = fsops::lstat_at(parent, &name) else {
             continue;
         };
-        if !ours(&st, owners, true) {
+        if !ours(&st, owners, true, metrics) {
             continue;
         }
         match fsops::open_dir_at(parent, &name, owners, false) {
             Ok(fd) => out.push((name, fd)),
-            Err(FsError::Skipped(s)) => s.count(),
+            Err(FsError::Skipped(s)) => s.count(metrics),
             Err(_) => {}
         }
     }
@@ -81,7 +83,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             Err(_) => return None,
         }
     }
-    bump(&inner.counters.sweeps, 1);
+    bump(&inner.metrics.stats.sweeps, 1);
     let now = SystemTime::now();
     let older_than = |st: &Stat, limit: Duration| {
         let t = fsops::mtime(st);
@@ -90,31 +92,30 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             Err(ahead) => ahead.duration() > crate::CLOCK_SKEW, // dated ahead: not to be kept
         }
     };
-    let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: &'static str| {
+    let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: EvictReason| {
         if fsops::unlink_if_same(dir, name, judged) {
-            bump(&inner.counters.evictions, 1);
-            ::metrics::counter!(metrics::EVICTIONS, "reason" => reason).increment(1);
+            inner.metrics.evicted(reason);
         }
     };
     if let Ok(tmp) = fsops::open_dir_at(&v1, "tmp", owners, false) {
         for name in fsops::names(&tmp) {
             if let Ok(st) = fsops::lstat_at(&tmp, &name)
-                && ours(&st, owners, false)
+                && ours(&st, owners, false, &inner.metrics)
                 && older_than(&st, PARTIAL_AFTER)
             {
-                evict(&tmp, &name, &st, "partial");
+                evict(&tmp, &name, &st, EvictReason::Partial);
             }
         }
     }
     // Lock files of entries no one has filled for a while: removed while held, so no one can
     // take the file between our unlock and our unlink (lockers check the path after `flock`).
     if let Ok(locks) = fsops::open_dir_at(&v1, "locks", owners, false) {
-        for (_, shard) in subdirs(&locks, owners, |n| n.len() == 2) {
+        for (_, shard) in subdirs(&locks, owners, |n| n.len() == 2, &inner.metrics) {
             for name in fsops::names(&shard) {
                 let Ok(st) = fsops::lstat_at(&shard, &name) else {
                     continue;
                 };
-                if !ours(&st, owners, false) || !older_than(&st, PARTIAL_AFTER) {
+                if !ours(&st, owners, false, &inner.metrics) || !older_than(&st, PARTIAL_AFTER) {
                     continue;
                 }
                 let Ok((file, opened)) = fsops::open_lock_at(&shard, &name, owners) else {
@@ -128,20 +129,23 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
         }
     }
     // (written at, stat, shard, name) of every live entry.
-    let shards = subdirs(&v1, owners, |n| {
-        n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())
-    });
+    let shards = subdirs(
+        &v1,
+        owners,
+        |n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit()),
+        &inner.metrics,
+    );
     let mut entries: Vec<(SystemTime, Stat, usize, String)> = Vec::new();
     for (i, (_, shard)) in shards.iter().enumerate() {
         for name in fsops::names(shard) {
             let Ok(st) = fsops::lstat_at(shard, &name) else {
                 continue;
             };
-            if !ours(&st, owners, false) {
+            if !ours(&st, owners, false, &inner.metrics) {
                 continue;
             }
             if older_than(&st, inner.config.ttl) {
-                evict(shard, &name, &st, "expired");
+                evict(shard, &name, &st, EvictReason::Expired);
             } else {
                 entries.push((fsops::mtime(&st), st, i, name));
             }
@@ -159,7 +163,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             if total <= target {
                 break;
             }
-            evict(&shards[*shard].1, name, st, "budget");
+            evict(&shards[*shard].1, name, st, EvictReason::Budget);
             total = total.saturating_sub(size(st));
         }
     }

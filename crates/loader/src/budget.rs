@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::Error;
+use crate::metrics::BudgetOutcome;
 
 /// Memory is counted in KiB so a `u32` permit count reaches 4 TiB.
 const UNIT: u64 = 1024;
@@ -19,7 +20,7 @@ pub(crate) struct DecodeBudget {
     memory: Arc<Semaphore>,
     memory_units: u32,
     wait: Duration,
-    outcomes: crate::metrics::Labeled<::metrics::Counter, 3>,
+    outcomes: crate::metrics::PerLabel<::metrics::Counter>,
 }
 
 /// What a running decode holds; released on drop.
@@ -37,9 +38,9 @@ impl DecodeBudget {
             memory: Arc::new(Semaphore::new(memory_units as usize)),
             memory_units,
             wait,
-            outcomes: crate::metrics::Labeled::new(
-                ["acquired", "timeout", "over_budget"],
-                |o| ::metrics::counter!(crate::metrics::DECODE_BUDGET, "outcome" => o),
+            outcomes: crate::metrics::PerLabel::new(
+                BudgetOutcome::ALL,
+                |o: BudgetOutcome| ::metrics::counter!(crate::metrics::DECODE_BUDGET.name, "outcome" => o.as_str()),
             ),
         }
     }
@@ -53,7 +54,7 @@ impl DecodeBudget {
     pub(crate) async fn acquire(&self, bytes: u64) -> Result<DecodePermit, Error> {
         let units = bytes.div_ceil(UNIT);
         if units > u64::from(self.memory_units) {
-            self.record("over_budget");
+            self.record(BudgetOutcome::OverBudget);
             return Err(Error::OverDecodeBudget {
                 needed: bytes,
                 budget: u64::from(self.memory_units) * UNIT,
@@ -67,7 +68,7 @@ impl DecodeBudget {
         };
         match tokio::time::timeout(self.wait, take).await {
             Ok((Ok(memory), Ok(slot))) => {
-                self.record("acquired");
+                self.record(BudgetOutcome::Acquired);
                 Ok(DecodePermit {
                     _memory: memory,
                     _slot: slot,
@@ -76,7 +77,7 @@ impl DecodeBudget {
             // The semaphores are never closed.
             Ok(_) => Err(Error::Internal("decode budget closed".into())),
             Err(_) => {
-                self.record("timeout");
+                self.record(BudgetOutcome::Timeout);
                 Err(Error::DecodeBusy { waited: self.wait })
             }
         }
@@ -84,8 +85,8 @@ impl DecodeBudget {
 }
 
 impl DecodeBudget {
-    fn record(&self, outcome: &'static str) {
-        self.outcomes.get(outcome).increment(1);
+    fn record(&self, outcome: BudgetOutcome) {
+        self.outcomes.get(outcome as usize).increment(1);
     }
 }
 

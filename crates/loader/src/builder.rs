@@ -332,17 +332,19 @@ impl LoaderBuilder {
             ),
             (None, None) => tracing::info!(decoder = jpeg.decoder.as_str(), "JPEG decoder"),
         }
-        ::metrics::gauge!(metrics::JPEG_DECODER_INFO, "decoder" => jpeg.decoder.as_str()).set(1.0);
+        ::metrics::gauge!(metrics::JPEG_DECODER_INFO.name, "decoder" => jpeg.decoder.as_str())
+            .set(1.0);
         if jpeg.decoder == mmcache_decode::JpegDecoder::LibjpegTurbo {
             // Linked in (the wheel) or loaded from a file; only the linked-in one knows its version.
             let linkage = if jpeg.library.is_some() {
-                "run-time"
+                metrics::Linkage::RunTime
             } else {
-                "vendored"
-            };
+                metrics::Linkage::Vendored
+            }
+            .as_str();
             let version = jpeg.libjpeg_turbo_version.unwrap_or("unknown");
             tracing::info!(linkage, version, "libjpeg-turbo");
-            ::metrics::gauge!(metrics::LIBJPEG_TURBO_INFO, "linkage" => linkage, "version" => version)
+            ::metrics::gauge!(metrics::LIBJPEG_TURBO_INFO.name, "linkage" => linkage, "version" => version)
                 .set(1.0);
         }
         let limits = DecodeLimits::with_max_pixels(config.max_pixels)
@@ -363,8 +365,7 @@ impl LoaderBuilder {
             config.decoded_cache_entries,
             config.max_pixels,
         );
-        let memory_hits =
-            ::metrics::counter!(metrics::LOADS, "source" => "memory", "outcome" => "ok");
+        let memory_hits = ::metrics::counter!(metrics::LOADS.name, "source" => crate::Source::Memory.as_str(), "outcome" => metrics::Outcome::Ok.as_str());
         let background: Arc<crate::background::Background> = Default::default();
         let embeddings = crate::embeddings::Embeddings::new(
             &config,

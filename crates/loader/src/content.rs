@@ -31,7 +31,7 @@ impl Inner {
             .try_with(|identity| self.decoded.get_content(identity, content))
             .ok()
             .flatten()?;
-        ::metrics::counter!(crate::metrics::CONTENT_SHARED).increment(1);
+        self.metrics.content_shared.increment(1);
         Some(image)
     }
 }

@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dashmap::DashMap;
+use metrics::ComputeOutcome;
 use mmcache_decode::CacheStats;
 use mmcache_scope::Scope;
 use tokio::sync::watch;
@@ -431,8 +432,11 @@ where
             .map_err(|e| Arc::<dyn StdError + Send + Sync>::from(e.into()))
     });
     let (outcome, label) = match handle.await {
-        Ok(Ok(embedding)) => (Ok(embedding), "ok"),
-        Ok(Err(source)) => (Err(EmbeddingError::Compute { source }), "error"),
+        Ok(Ok(embedding)) => (Ok(embedding), ComputeOutcome::Ok),
+        Ok(Err(source)) => (
+            Err(EmbeddingError::Compute { source }),
+            ComputeOutcome::Error,
+        ),
         Err(e) if e.is_panic() => {
             let payload = e.into_panic();
             let message: Arc<str> = match payload.downcast_ref::<&str>() {
@@ -441,9 +445,12 @@ where
                     .downcast_ref::<String>()
                     .map_or_else(|| Arc::from("(not a string)"), |s| Arc::from(s.as_str())),
             };
-            (Err(EmbeddingError::Panicked { message }), "panic")
+            (
+                Err(EmbeddingError::Panicked { message }),
+                ComputeOutcome::Panic,
+            )
         }
-        Err(_) => (Err(EmbeddingError::Cancelled), "cancelled"),
+        Err(_) => (Err(EmbeddingError::Cancelled), ComputeOutcome::Cancelled),
     };
     shared
         .metrics

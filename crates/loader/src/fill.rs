@@ -10,6 +10,7 @@ use mmcache_disk_cache::{DiskCache, Fill};
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
+use crate::metrics::{self, HedgeOutcome, LeaseOutcome as LeaseLabel};
 use crate::{Error, Inner, Loaded, Outcome, Result, Source};
 
 impl Inner {
@@ -68,7 +69,7 @@ impl Inner {
             // Larger than this worker may download, so larger than it may hold. Another worker
             // with a larger cap may have written it legitimately: leave it, and let the origin
             // (same cap) decide.
-            self.metrics.oversized().increment(1);
+            self.metrics.oversized.increment(1);
             tracing::debug!("shared cache value over the download cap; not read");
         } else if outcome == GetOutcome::Miss && self.config.shared.lease.enabled {
             return self.fill_with_lease(shared, identity, url).await;
@@ -93,7 +94,7 @@ impl Inner {
                 Ok(Some((image, Source::Shared, Some(len))))
             }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
-                self.metrics.corrupt().increment(1);
+                self.metrics.corrupt.increment(1);
                 tracing::debug!(error = %e, "shared cache value did not decode; deleting it");
                 shared.delete(identity).await;
                 Ok(None)
@@ -275,7 +276,7 @@ impl Inner {
         // Counted now as taking the delay, not later at its real latency (see `observe_late`).
         self.hedge.observe_late(delay);
         if !self.hedge.try_take() {
-            self.record_hedge("over_budget");
+            self.record_hedge(HedgeOutcome::OverBudget);
             // No hedge budget left: the GET gets up to the cap, then the origin starts all the
             // same. Waiting for the whole GET (up to the I/O timeout) would let one slow node
             // cost a load far more than the origin does.
@@ -291,7 +292,7 @@ impl Inner {
         let cached = tokio::select! {
             fetched = &mut origin => match fetched {
                 Ok(fetched) => {
-                    self.record_hedge("origin_won");
+                    self.record_hedge(HedgeOutcome::OriginWon);
                     return Raced::Origin(Ok(fetched.hedged()));
                 }
                 // A fast origin failure must not beat a slow cache hit: wait for the GET.
@@ -300,7 +301,7 @@ impl Inner {
                     return match cached {
                         Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
                             Ok(Some(hit)) => {
-                                self.record_hedge("cache_won");
+                                self.record_hedge(HedgeOutcome::CacheWon);
                                 Raced::Hit(hit)
                             }
                             _ => Raced::Origin(Err(e)),
@@ -318,12 +319,12 @@ impl Inner {
             tokio::select! {
                 fetched = &mut origin => match fetched {
                     Ok(fetched) => {
-                        self.record_hedge("origin_won");
+                        self.record_hedge(HedgeOutcome::OriginWon);
                         return Raced::Origin(Ok(fetched.hedged()));
                     }
                     Err(e) => {
                         if let Ok(Some(hit)) = decoded.await {
-                            self.record_hedge("cache_won");
+                            self.record_hedge(HedgeOutcome::CacheWon);
                             return Raced::Hit(hit);
                         }
                         return Raced::Origin(Err(e));
@@ -331,13 +332,13 @@ impl Inner {
                 },
                 d = &mut decoded => {
                     if let Ok(Some(hit)) = d {
-                        self.record_hedge("cache_won");
+                        self.record_hedge(HedgeOutcome::CacheWon);
                         return Raced::Hit(hit);
                     }
                 }
             }
         }
-        self.record_hedge("origin_won");
+        self.record_hedge(HedgeOutcome::OriginWon);
         Raced::Origin(origin.await.map(FromOrigin::hedged))
     }
 
@@ -358,20 +359,24 @@ impl Inner {
         loop {
             match shared.try_lease(identity, lease.ttl).await {
                 LeaseOutcome::Won(token) => {
-                    self.record_lease(if waited { "took_over" } else { "won" });
+                    self.record_lease(if waited {
+                        LeaseLabel::TookOver
+                    } else {
+                        LeaseLabel::Won
+                    });
                     return self
                         .fill_as_lease_holder(shared, identity, url, token)
                         .await;
                 }
                 LeaseOutcome::Held => {}
                 _ => {
-                    self.record_lease("error");
+                    self.record_lease(LeaseLabel::Error);
                     return self.fill_from_origin(shared, identity, url).await;
                 }
             }
             // Held by another worker: wait a little, then look for its entry.
             if Instant::now() + pause >= deadline {
-                self.record_lease("waited_timeout");
+                self.record_lease(LeaseLabel::WaitedTimeout);
                 return self.fill_from_origin(shared, identity, url).await;
             }
             tokio::time::sleep(pause).await;
@@ -380,7 +385,7 @@ impl Inner {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             if let Some(bytes) = cached {
                 if let Some(hit) = self.decode_cached(shared, identity, bytes).await? {
-                    self.record_lease("waited_hit");
+                    self.record_lease(LeaseLabel::WaitedHit);
                     return Ok(hit);
                 }
                 return self.fill_from_origin(shared, identity, url).await;
@@ -448,14 +453,17 @@ impl Inner {
     async fn fetch_and_decode_bytes(&self, url: &str) -> Result<FromOrigin> {
         let started = Instant::now();
         let fetched = self.origin.fetch(url).await;
-        let outcome = if fetched.is_ok() { "ok" } else { "error" };
+        let outcome = if fetched.is_ok() {
+            metrics::Outcome::Ok
+        } else {
+            metrics::Outcome::Error
+        };
         self.metrics
-            .origin_duration
-            .get(outcome)
+            .origin_duration(outcome)
             .record(started.elapsed().as_secs_f64());
         let fetched = fetched?;
         self.metrics
-            .origin_bytes()
+            .origin_bytes
             .increment(fetched.bytes.len() as u64);
         let image = self.decode(fetched.bytes.clone()).await?;
         // Bytes reached through redirects by a worker with a looser policy than the default
@@ -509,8 +517,7 @@ impl Inner {
             .await??
         };
         self.metrics
-            .decode_duration
-            .get(image.format().as_str())
+            .decode_duration(image.format())
             .record(started.elapsed().as_secs_f64());
         Ok(Arc::new(image))
     }
@@ -580,28 +587,27 @@ enum Raced {
 }
 
 impl Inner {
-    fn record_hedge(&self, outcome: &'static str) {
-        self.metrics.hedges.get(outcome).increment(1);
+    fn record_hedge(&self, outcome: HedgeOutcome) {
+        self.metrics.hedge(outcome).increment(1);
     }
 
-    fn record_lease(&self, outcome: &'static str) {
-        self.metrics.leases.get(outcome).increment(1);
+    fn record_lease(&self, outcome: LeaseLabel) {
+        self.metrics.lease(outcome).increment(1);
     }
 
     pub(crate) fn observe(&self, source: Source, started: Instant) {
         self.metrics
-            .load_duration
-            .get(source.as_str())
+            .load_duration(source)
             .record(started.elapsed().as_secs_f64());
     }
 
     pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Result<Loaded> {
-        let loads = if outcome.is_ok() {
-            &self.metrics.loads_ok
+        let label = if outcome.is_ok() {
+            metrics::Outcome::Ok
         } else {
-            &self.metrics.loads_error
+            metrics::Outcome::Error
         };
-        loads.get(source.as_str()).increment(1);
+        self.metrics.loads(source, label).increment(1);
         outcome.map(|(image, source, encoded_len)| Loaded {
             image,
             source,

@@ -119,35 +119,22 @@ pub use mmcache_origin as origin;
 pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
 pub use mmcache_shared_cache as shared_cache;
 
-/// Where a load's image came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Source {
-    /// The decoded-image cache.
-    Memory,
-    /// A load of the same identity already in flight in this process.
-    Inflight,
-    /// The host's disk tier of encoded bytes.
-    Disk,
-    /// The shared cache of encoded bytes.
-    Shared,
-    /// The origin over HTTP(S).
-    Origin,
-    /// A `data:` URL.
-    Data,
-}
-
-impl Source {
-    /// Lowercase name, for metric labels and output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Inflight => "inflight",
-            Self::Disk => "disk",
-            Self::Shared => "shared",
-            Self::Origin => "origin",
-            Self::Data => "data",
-        }
+mmcache_scope::label_values! {
+    /// Where a load's image came from.
+    #[non_exhaustive]
+    pub enum Source: "source" {
+        /// The decoded-image cache.
+        Memory = "memory",
+        /// A load of the same identity already in flight in this process.
+        Inflight = "inflight",
+        /// The host's disk tier of encoded bytes.
+        Disk = "disk",
+        /// The shared cache of encoded bytes.
+        Shared = "shared",
+        /// The origin over HTTP(S).
+        Origin = "origin",
+        /// A `data:` URL.
+        Data = "data",
     }
 }
 
@@ -296,7 +283,7 @@ impl Loader {
         let Some(identity) = CacheIdentity::resolve(self.inner.config.session_scoped, url, scope)
         else {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
-            self.inner.metrics.bypass().increment(1);
+            self.inner.metrics.bypass.increment(1);
             let started = Instant::now();
             let result = self
                 .inner
@@ -443,7 +430,7 @@ impl Inner {
         match tokio::time::timeout(deadline, work).await {
             Ok(result) => result,
             Err(_) => {
-                self.metrics.load_timeouts().increment(1);
+                self.metrics.load_timeouts.increment(1);
                 Err(Error::LoadTimeout { after: deadline })
             }
         }

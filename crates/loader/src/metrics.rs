@@ -1,63 +1,251 @@
-//! Metric names of the loader, and the histogram buckets to apply where an exporter is built.
+//! The loader's metrics, declared once, and the handles a loader records through.
 //!
 //! The library records through the `metrics` facade and never installs an exporter. Install
-//! your recorder **before** building a [`crate::Loader`]: the hot-path counters are resolved
-//! once, at build time. No label ever holds a URL, a key or a scope.
-
-use std::sync::OnceLock;
+//! your recorder **before** building a [`crate::Loader`]: every handle is resolved once, when
+//! the loader is built. No label ever holds a URL, a key or a scope. [`ALL`] gathers the
+//! declarations of every crate; the descriptions, the exporter's buckets and docs/metrics.md
+//! derive from it.
 
 use ::metrics::{Counter, Histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use mmcache_decode::{ImageFormat, JpegDecoder};
+use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
+use crate::Source;
+
+pub use metrics_exporter_prometheus as prometheus;
 pub use mmcache_shared_cache::metrics as shared_cache;
 
-/// Loads by `source` (`memory`, `inflight`, `disk`, `shared`, `origin`, `data`) and `outcome`
-/// (`ok`, `error`).
-pub const LOADS: &str = "mmcache_loads_total";
+/// Loads by `source` and `outcome`.
+pub const LOADS: Metric = Metric::new(
+    "mmcache_loads_total",
+    Kind::Counter,
+    "Image loads by source and outcome",
+)
+.labels(&[Source::LABEL, Outcome::LABEL]);
 /// Duration of loads that missed the decoded cache; label `source`.
-pub const LOAD_DURATION: &str = "mmcache_load_duration_seconds";
-/// Origin fetch duration; label `outcome` (`ok`, `error`).
-pub const ORIGIN_FETCH_DURATION: &str = "mmcache_origin_fetch_duration_seconds";
+pub const LOAD_DURATION: Metric = Metric::new(
+    "mmcache_load_duration_seconds",
+    Kind::Histogram,
+    "Duration of loads that missed the decoded cache",
+)
+.unit(Unit::Seconds)
+.labels(&[Source::LABEL])
+.buckets(&DURATION_BUCKETS);
+/// Origin fetch duration; label `outcome`.
+pub const ORIGIN_FETCH_DURATION: Metric = Metric::new(
+    "mmcache_origin_fetch_duration_seconds",
+    Kind::Histogram,
+    "Origin download duration",
+)
+.unit(Unit::Seconds)
+.labels(&[Outcome::LABEL])
+.buckets(&DURATION_BUCKETS);
 /// Bytes downloaded from origins.
-pub const ORIGIN_FETCH_BYTES: &str = "mmcache_origin_fetch_bytes_total";
-/// Decode duration; label `format`.
-pub const DECODE_DURATION: &str = "mmcache_decode_duration_seconds";
+pub const ORIGIN_FETCH_BYTES: Metric = Metric::new(
+    "mmcache_origin_fetch_bytes_total",
+    Kind::Counter,
+    "Bytes downloaded from origins",
+)
+.unit(Unit::Bytes);
+/// Decode duration (probe, budget wait and decode); label `format`.
+pub const DECODE_DURATION: Metric = Metric::new(
+    "mmcache_decode_duration_seconds",
+    Kind::Histogram,
+    "Image decode duration",
+)
+.unit(Unit::Seconds)
+.labels(&[ImageFormat::LABEL])
+.buckets(&DURATION_BUCKETS)
+.note("probe, budget wait and decode");
 /// Loads whose bytes were already decoded in their scope under another URL: the image was
 /// shared, not decoded again (counter).
-pub const CONTENT_SHARED: &str = "mmcache_decoded_content_shared_total";
-/// The JPEG decoder in use (gauge, 1); label `decoder` (`libjpeg-turbo`, `pure-rust`).
-pub const JPEG_DECODER_INFO: &str = "mmcache_jpeg_decoder_info";
-/// The libjpeg-turbo in use (gauge, 1); labels `linkage` (`vendored`, `run-time`) and
-/// `version` (`unknown` for a library loaded at run time).
-pub const LIBJPEG_TURBO_INFO: &str = "mmcache_libjpeg_turbo_info";
-/// Decode-budget reservations by `outcome` (`acquired`, `timeout`, `over_budget`).
-pub const DECODE_BUDGET: &str = "mmcache_decode_budget_total";
-/// Loads that bypassed every cache; label `reason` (`no_scope`).
-pub const BYPASSES: &str = "mmcache_cache_bypass_total";
+pub const CONTENT_SHARED: Metric = Metric::new(
+    "mmcache_decoded_content_shared_total",
+    Kind::Counter,
+    "Loads whose bytes were already decoded in their scope under another URL",
+)
+.note("the image was shared, not decoded again");
+/// The JPEG decoder in use (gauge, 1); label `decoder`.
+pub const JPEG_DECODER_INFO: Metric = Metric::new(
+    "mmcache_jpeg_decoder_info",
+    Kind::Gauge,
+    "The JPEG decoder in use (label decoder)",
+)
+.labels(&[JpegDecoder::LABEL])
+.note("1 for the JPEG decoder in use");
+/// The libjpeg-turbo in use (gauge, 1); labels `linkage` and `version`.
+pub const LIBJPEG_TURBO_INFO: Metric = Metric::new(
+    "mmcache_libjpeg_turbo_info",
+    Kind::Gauge,
+    "The libjpeg-turbo in use (labels linkage, version)",
+)
+.labels(&[
+    Linkage::LABEL,
+    Label {
+        name: "version",
+        values: &[],
+    },
+])
+.note(
+    "1; `vendored`: linked in, built from source; `run-time`: a library loaded at run time; \
+     `version` e.g. `3.1.0`, or `unknown` for a library loaded at run time; set only while \
+     libjpeg-turbo is the JPEG decoder",
+);
+/// Decode-budget reservations by `outcome`.
+pub const DECODE_BUDGET: Metric = Metric::new(
+    "mmcache_decode_budget_total",
+    Kind::Counter,
+    "Decode-budget reservations by outcome (acquired, timeout, over_budget)",
+)
+.labels(&[BudgetOutcome::LABEL])
+.note("`timeout`: 503; `over_budget`: 413");
+/// Loads that bypassed every cache; label `reason`.
+pub const BYPASSES: Metric = Metric::new(
+    "mmcache_cache_bypass_total",
+    Kind::Counter,
+    "Loads that bypassed every cache",
+)
+.labels(&[BypassReason::LABEL]);
+/// Loads that reached their overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`) and failed with 408.
+pub const LOAD_TIMEOUTS: Metric = Metric::new(
+    "mmcache_load_timeouts_total",
+    Kind::Counter,
+    "Loads that reached their overall deadline (408)",
+)
+.note("loads that reached `MMCACHE_LOAD_TIMEOUT_SECS`; each waiter got 408");
 /// Shared-cache values that did not decode and were deleted.
-pub const SHARED_CORRUPT: &str = "mmcache_shared_cache_corrupt_total";
+pub const SHARED_CORRUPT: Metric = Metric::new(
+    "mmcache_shared_cache_corrupt_total",
+    Kind::Counter,
+    "Shared-cache values that failed to decode and were deleted",
+);
 /// Shared-cache values longer than the download cap, left unread (the load went to the origin).
-pub const SHARED_OVERSIZED: &str = "mmcache_shared_cache_oversized_total";
-/// Hedged shared-cache GETs by `outcome`: `origin_won` (the origin answered first),
-/// `cache_won` (a late hit decoded first), `over_budget` (no hedge: the budget was spent).
-pub const HEDGES: &str = "mmcache_shared_cache_hedges_total";
-/// Stampede leases by `outcome` (`won`, `took_over` (a waiter took a released or expired
-/// lease), `waited_hit`, `waited_timeout`, `error`).
-pub const LEASES: &str = "mmcache_shared_cache_lease_total";
+pub const SHARED_OVERSIZED: Metric = Metric::new(
+    "mmcache_shared_cache_oversized_total",
+    Kind::Counter,
+    "Shared-cache values longer than the download cap, left unread",
+)
+.note("the load went to the origin");
+/// Hedged shared-cache GETs by `outcome`.
+pub const HEDGES: Metric = Metric::new(
+    "mmcache_shared_cache_hedges_total",
+    Kind::Counter,
+    "Hedged shared-cache GETs by outcome",
+)
+.labels(&[HedgeOutcome::LABEL])
+.note(
+    "`origin_won`: the origin answered first; `cache_won`: a late hit decoded first; \
+     `over_budget`: budget spent, the load waited for its GET up to the hedge cap, then \
+     fetched from the origin all the same",
+);
+/// Stampede leases by `outcome`.
+pub const LEASES: Metric = Metric::new(
+    "mmcache_shared_cache_lease_total",
+    Kind::Counter,
+    "Stampede leases on shared-cache misses by outcome",
+)
+.labels(&[LeaseOutcome::LABEL])
+.note("`took_over`: a waiter took a released or expired lease");
 /// Loads whose cache writes (disk and shared) were skipped: the write memory, a quarter of
 /// the download budget, had no room for a copy of their bytes.
-pub const WRITES_SKIPPED: &str = "mmcache_cache_writes_skipped_total";
-/// Loads that reached their overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`) and failed with 408.
-pub const LOAD_TIMEOUTS: &str = "mmcache_load_timeouts_total";
-/// Decoded-cache entries (gauge).
-pub const DECODED_CACHE_ENTRIES: &str = mmcache_decode::metrics::DECODED_CACHE_ENTRIES;
-/// Decoded-cache weighed bytes (gauge).
-pub const DECODED_CACHE_BYTES: &str = mmcache_decode::metrics::DECODED_CACHE_BYTES;
+pub const WRITES_SKIPPED: Metric = Metric::new(
+    "mmcache_cache_writes_skipped_total",
+    Kind::Counter,
+    "Loads whose cache writes were skipped for want of write memory",
+)
+.note("the write memory is a quarter of `MMCACHE_DOWNLOAD_MEMORY_BYTES`; the entry is simply not written");
+/// Decoded-cache entries (gauge), recorded by `mmcache_decode`.
+pub const DECODED_CACHE_ENTRIES: Metric = mmcache_decode::metrics::DECODED_CACHE_ENTRIES;
+/// Decoded-cache weighed bytes (gauge), recorded by `mmcache_decode`.
+pub const DECODED_CACHE_BYTES: Metric = mmcache_decode::metrics::DECODED_CACHE_BYTES;
+
+/// The loader's own metrics.
+pub const LOADER: &[Metric] = &[
+    LOADS,
+    LOAD_DURATION,
+    ORIGIN_FETCH_DURATION,
+    ORIGIN_FETCH_BYTES,
+    DECODE_DURATION,
+    CONTENT_SHARED,
+    JPEG_DECODER_INFO,
+    LIBJPEG_TURBO_INFO,
+    DECODE_BUDGET,
+    BYPASSES,
+    LOAD_TIMEOUTS,
+    SHARED_CORRUPT,
+    SHARED_OVERSIZED,
+    HEDGES,
+    LEASES,
+    WRITES_SKIPPED,
+];
+
+/// Every crate's metrics, by section of docs/metrics.md: (section, metrics).
+pub const ALL: &[(&str, &[Metric])] = &[
+    ("Shared cache", shared_cache::ALL),
+    ("Loader", LOADER),
+    (
+        "Decoded and embedding caches (recorded by mmcache-decode)",
+        mmcache_decode::metrics::ALL,
+    ),
+    ("Disk tier", mmcache_disk_cache::metrics::ALL),
+    ("Embeddings", crate::embeddings::metrics::ALL),
+];
+
+/// Every declared metric, in [`ALL`]'s order.
+pub fn all() -> impl Iterator<Item = &'static Metric> {
+    ALL.iter().flat_map(|(_, metrics)| metrics.iter())
+}
 
 /// Buckets for the loader's duration histograms, in seconds (100 µs to 30 s).
 pub const DURATION_BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     10.0, 30.0,
 ];
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`LOADS`] and [`ORIGIN_FETCH_DURATION`].
+    pub enum Outcome: "outcome" { Ok = "ok", Error = "error" }
+}
+
+mmcache_scope::label_values! {
+    /// The `linkage` label of [`LIBJPEG_TURBO_INFO`].
+    pub enum Linkage: "linkage" { Vendored = "vendored", RunTime = "run-time" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`DECODE_BUDGET`].
+    pub enum BudgetOutcome: "outcome" {
+        Acquired = "acquired",
+        Timeout = "timeout",
+        OverBudget = "over_budget",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`BYPASSES`].
+    pub enum BypassReason: "reason" { NoScope = "no_scope" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`HEDGES`].
+    pub enum HedgeOutcome: "outcome" {
+        OriginWon = "origin_won",
+        CacheWon = "cache_won",
+        OverBudget = "over_budget",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`LEASES`].
+    pub enum LeaseOutcome: "outcome" {
+        Won = "won",
+        TookOver = "took_over",
+        WaitedHit = "waited_hit",
+        WaitedTimeout = "waited_timeout",
+        Error = "error",
+    }
+}
 
 /// Every histogram with the buckets it should get, for the exporter's builder:
 ///
@@ -67,176 +255,65 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 /// }
 /// ```
 pub fn histogram_buckets() -> Vec<(&'static str, &'static [f64])> {
-    let mut out: Vec<(&'static str, &'static [f64])> = vec![
-        (LOAD_DURATION, &DURATION_BUCKETS),
-        (ORIGIN_FETCH_DURATION, &DURATION_BUCKETS),
-        (DECODE_DURATION, &DURATION_BUCKETS),
-    ];
-    for name in shared_cache::HISTOGRAMS {
-        out.push((name, &shared_cache::LATENCY_BUCKETS));
-    }
-    out.push((
-        crate::embeddings::metrics::COMPUTE_DURATION,
-        &crate::embeddings::metrics::COMPUTE_DURATION_BUCKETS,
-    ));
-    out
+    all()
+        .filter(|m| m.kind == Kind::Histogram)
+        .map(|m| (m.name, m.buckets))
+        .collect()
 }
 
-/// Registers descriptions of every loader and shared-cache metric with the installed recorder.
+/// Registers descriptions of every declared metric with the installed recorder.
 pub fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    crate::embeddings::metrics::describe();
-    describe_counter!(LOADS, "Image loads by source and outcome");
-    describe_histogram!(
-        LOAD_DURATION,
-        Unit::Seconds,
-        "Duration of loads that missed the decoded cache"
-    );
-    describe_histogram!(
-        ORIGIN_FETCH_DURATION,
-        Unit::Seconds,
-        "Origin download duration"
-    );
-    describe_counter!(
-        ORIGIN_FETCH_BYTES,
-        Unit::Bytes,
-        "Bytes downloaded from origins"
-    );
-    describe_histogram!(DECODE_DURATION, Unit::Seconds, "Image decode duration");
-    describe_counter!(BYPASSES, "Loads that bypassed every cache");
-    describe_counter!(
-        LOAD_TIMEOUTS,
-        "Loads that reached their overall deadline (408)"
-    );
-    describe_gauge!(JPEG_DECODER_INFO, "The JPEG decoder in use (label decoder)");
-    describe_gauge!(
-        LIBJPEG_TURBO_INFO,
-        "The libjpeg-turbo in use (labels linkage, version)"
-    );
-    describe_counter!(
-        DECODE_BUDGET,
-        "Decode-budget reservations by outcome (acquired, timeout, over_budget)"
-    );
-    describe_counter!(
-        SHARED_CORRUPT,
-        "Shared-cache values that failed to decode and were deleted"
-    );
-    describe_counter!(
-        SHARED_OVERSIZED,
-        "Shared-cache values longer than the download cap, left unread"
-    );
-    describe_counter!(HEDGES, "Hedged shared-cache GETs by outcome");
-    {
-        use mmcache_disk_cache::metrics as disk;
-        describe_counter!(disk::READS, "Disk tier reads by outcome");
-        describe_counter!(
-            disk::READ_BYTES,
-            Unit::Bytes,
-            "Bytes read from disk-tier hits"
-        );
-        describe_counter!(disk::WRITES, "Disk tier writes by outcome");
-        describe_counter!(
-            disk::WRITTEN_BYTES,
-            Unit::Bytes,
-            "Bytes written to the disk tier"
-        );
-        describe_counter!(disk::EVICTIONS, "Disk tier entries removed, by reason");
-        describe_counter!(
-            disk::SKIPPED,
-            "Disk tier names and operations skipped, by reason (not ours, or a bound)"
-        );
-        describe_counter!(
-            disk::BREAKER_OPENS,
-            "Times the disk tier was skipped for a cool-down after failures in a row"
-        );
+    for m in all() {
+        let unit = m.unit.map(|u| match u {
+            Unit::Seconds => ::metrics::Unit::Seconds,
+            Unit::Bytes => ::metrics::Unit::Bytes,
+        });
+        let key = ::metrics::KeyName::from_const_str(m.name);
+        let help = ::metrics::SharedString::const_str(m.help);
+        ::metrics::with_recorder(|r| match m.kind {
+            Kind::Counter => r.describe_counter(key, unit, help),
+            Kind::Gauge => r.describe_gauge(key, unit, help),
+            Kind::Histogram => r.describe_histogram(key, unit, help),
+        });
     }
-    describe_counter!(LEASES, "Stampede leases on shared-cache misses by outcome");
-    describe_counter!(
-        shared_cache::BREAKER_TRANSITIONS,
-        "Shared image cache breaker transitions"
-    );
-    describe_gauge!(
-        shared_cache::BREAKERS_OPEN,
-        "Shared image cache breakers open or half-open"
-    );
-    describe_gauge!(DECODED_CACHE_ENTRIES, "Entries in the decoded-image cache");
-    describe_gauge!(
-        DECODED_CACHE_BYTES,
-        Unit::Bytes,
-        "Weighed bytes in the decoded-image cache"
-    );
-    describe_histogram!(
-        shared_cache::GET_DURATION,
-        Unit::Seconds,
-        "Shared image cache GET latency"
-    );
-    describe_histogram!(
-        shared_cache::SET_DURATION,
-        Unit::Seconds,
-        "Shared image cache SET latency"
-    );
-    describe_counter!(shared_cache::DELETES, "Shared image cache DELs by outcome");
-    describe_counter!(
-        shared_cache::ERRORS,
-        "Shared image cache failures by operation and kind"
-    );
-    describe_counter!(
-        shared_cache::SKIPPED,
-        "Shared image cache operations not attempted"
-    );
 }
 
-/// One metric's handles by the value of its one label, each registered with the recorder on
-/// first use and reused after: no registry lookup and no label allocation per load. A value
-/// outside the known set still records (registered each time).
-pub(crate) struct Labeled<T: Clone, const N: usize> {
-    values: [&'static str; N],
-    slots: [OnceLock<T>; N],
-    make: fn(&'static str) -> T,
+/// One handle per value of a label enum, resolved when built.
+pub(crate) struct PerLabel<T>(Vec<T>);
+
+impl<T> PerLabel<T> {
+    pub(crate) fn new<E: Copy>(all: &[E], make: impl Fn(E) -> T) -> Self {
+        Self(all.iter().map(|e| make(*e)).collect())
+    }
+
+    /// The handle of `value` (`value as usize` indexes the enum's `ALL`).
+    pub(crate) fn get(&self, index: usize) -> &T {
+        &self.0[index]
+    }
 }
 
-impl<T: Clone, const N: usize> std::fmt::Debug for Labeled<T, N> {
+impl<T> std::fmt::Debug for PerLabel<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Labeled")
-            .field("values", &self.values)
-            .finish_non_exhaustive()
+        f.debug_struct("PerLabel").finish_non_exhaustive()
     }
 }
 
-impl<T: Clone, const N: usize> Labeled<T, N> {
-    pub(crate) fn new(values: [&'static str; N], make: fn(&'static str) -> T) -> Self {
-        Self {
-            values,
-            slots: std::array::from_fn(|_| OnceLock::new()),
-            make,
-        }
-    }
-
-    pub(crate) fn get(&self, value: &'static str) -> T {
-        match self.values.iter().position(|v| *v == value) {
-            Some(i) => self.slots[i].get_or_init(|| (self.make)(value)).clone(),
-            None => (self.make)(value),
-        }
-    }
-}
-
-/// Source label values.
-const SOURCES: [&str; 6] = ["memory", "inflight", "disk", "shared", "origin", "data"];
-
-/// The loader's metric handles.
+/// The loader's metric handles, one per label combination, resolved when the loader is built:
+/// no registry lookup and no label allocation per load.
 pub(crate) struct Handles {
-    pub(crate) loads_ok: Labeled<Counter, 6>,
-    pub(crate) loads_error: Labeled<Counter, 6>,
-    pub(crate) load_duration: Labeled<Histogram, 6>,
-    pub(crate) decode_duration: Labeled<Histogram, 4>,
-    pub(crate) origin_duration: Labeled<Histogram, 2>,
-    pub(crate) hedges: Labeled<Counter, 3>,
-    pub(crate) leases: Labeled<Counter, 5>,
-    origin_bytes: OnceLock<Counter>,
-    corrupt: OnceLock<Counter>,
-    oversized: OnceLock<Counter>,
-    bypass: OnceLock<Counter>,
-    load_timeouts: OnceLock<Counter>,
+    loads_ok: PerLabel<Counter>,
+    loads_error: PerLabel<Counter>,
+    load_duration: PerLabel<Histogram>,
+    decode_duration: PerLabel<Histogram>,
+    origin_duration: PerLabel<Histogram>,
+    hedges: PerLabel<Counter>,
+    leases: PerLabel<Counter>,
+    pub(crate) origin_bytes: Counter,
+    pub(crate) corrupt: Counter,
+    pub(crate) oversized: Counter,
+    pub(crate) bypass: Counter,
+    pub(crate) load_timeouts: Counter,
+    pub(crate) content_shared: Counter,
 }
 
 impl std::fmt::Debug for Handles {
@@ -247,65 +324,97 @@ impl std::fmt::Debug for Handles {
 
 impl Handles {
     pub(crate) fn new() -> Self {
+        let loads = |o: Outcome| {
+            PerLabel::new(
+                Source::ALL,
+                move |s: Source| ::metrics::counter!(LOADS.name, "source" => s.as_str(), "outcome" => o.as_str()),
+            )
+        };
         Self {
-            loads_ok: Labeled::new(
-                SOURCES,
-                |s| ::metrics::counter!(LOADS, "source" => s, "outcome" => "ok"),
+            loads_ok: loads(Outcome::Ok),
+            loads_error: loads(Outcome::Error),
+            load_duration: PerLabel::new(
+                Source::ALL,
+                |s: Source| ::metrics::histogram!(LOAD_DURATION.name, "source" => s.as_str()),
             ),
-            loads_error: Labeled::new(
-                SOURCES,
-                |s| ::metrics::counter!(LOADS, "source" => s, "outcome" => "error"),
+            decode_duration: PerLabel::new(
+                ImageFormat::ALL,
+                |f: ImageFormat| ::metrics::histogram!(DECODE_DURATION.name, "format" => f.as_str()),
             ),
-            load_duration: Labeled::new(
-                SOURCES,
-                |s| ::metrics::histogram!(LOAD_DURATION, "source" => s),
+            origin_duration: PerLabel::new(
+                Outcome::ALL,
+                |o: Outcome| ::metrics::histogram!(ORIGIN_FETCH_DURATION.name, "outcome" => o.as_str()),
             ),
-            decode_duration: Labeled::new(
-                ["jpeg", "png", "webp", "gif"],
-                |f| ::metrics::histogram!(DECODE_DURATION, "format" => f),
+            hedges: PerLabel::new(
+                HedgeOutcome::ALL,
+                |o: HedgeOutcome| ::metrics::counter!(HEDGES.name, "outcome" => o.as_str()),
             ),
-            origin_duration: Labeled::new(
-                ["ok", "error"],
-                |o| ::metrics::histogram!(ORIGIN_FETCH_DURATION, "outcome" => o),
+            leases: PerLabel::new(
+                LeaseOutcome::ALL,
+                |o: LeaseOutcome| ::metrics::counter!(LEASES.name, "outcome" => o.as_str()),
             ),
-            hedges: Labeled::new(
-                ["origin_won", "cache_won", "over_budget"],
-                |o| ::metrics::counter!(HEDGES, "outcome" => o),
+            origin_bytes: ::metrics::counter!(ORIGIN_FETCH_BYTES.name),
+            corrupt: ::metrics::counter!(SHARED_CORRUPT.name),
+            oversized: ::metrics::counter!(SHARED_OVERSIZED.name),
+            bypass: ::metrics::counter!(
+                BYPASSES.name,
+                "reason" => BypassReason::NoScope.as_str()
             ),
-            leases: Labeled::new(
-                ["won", "took_over", "waited_hit", "waited_timeout", "error"],
-                |o| ::metrics::counter!(LEASES, "outcome" => o),
-            ),
-            origin_bytes: OnceLock::new(),
-            corrupt: OnceLock::new(),
-            oversized: OnceLock::new(),
-            bypass: OnceLock::new(),
-            load_timeouts: OnceLock::new(),
+            load_timeouts: ::metrics::counter!(LOAD_TIMEOUTS.name),
+            content_shared: ::metrics::counter!(CONTENT_SHARED.name),
         }
     }
 
-    pub(crate) fn origin_bytes(&self) -> &Counter {
-        self.origin_bytes
-            .get_or_init(|| ::metrics::counter!(ORIGIN_FETCH_BYTES))
+    /// The load counter of `source` and `outcome`.
+    pub(crate) fn loads(&self, source: Source, outcome: Outcome) -> &Counter {
+        match outcome {
+            Outcome::Ok => self.loads_ok.get(source as usize),
+            Outcome::Error => self.loads_error.get(source as usize),
+        }
     }
 
-    pub(crate) fn corrupt(&self) -> &Counter {
-        self.corrupt
-            .get_or_init(|| ::metrics::counter!(SHARED_CORRUPT))
+    pub(crate) fn load_duration(&self, source: Source) -> &Histogram {
+        self.load_duration.get(source as usize)
     }
 
-    pub(crate) fn oversized(&self) -> &Counter {
-        self.oversized
-            .get_or_init(|| ::metrics::counter!(SHARED_OVERSIZED))
+    pub(crate) fn decode_duration(&self, format: ImageFormat) -> &Histogram {
+        self.decode_duration.get(format as usize)
     }
 
-    pub(crate) fn load_timeouts(&self) -> &Counter {
-        self.load_timeouts
-            .get_or_init(|| ::metrics::counter!(LOAD_TIMEOUTS))
+    pub(crate) fn origin_duration(&self, outcome: Outcome) -> &Histogram {
+        self.origin_duration.get(outcome as usize)
     }
 
-    pub(crate) fn bypass(&self) -> &Counter {
-        self.bypass
-            .get_or_init(|| ::metrics::counter!(BYPASSES, "reason" => "no_scope"))
+    pub(crate) fn hedge(&self, outcome: HedgeOutcome) -> &Counter {
+        self.hedges.get(outcome as usize)
     }
+
+    pub(crate) fn lease(&self, outcome: LeaseOutcome) -> &Counter {
+        self.leases.get(outcome as usize)
+    }
+}
+
+/// The Prometheus exporter's builder with every declared histogram's buckets set: the one place
+/// a recorder is configured (the CLI, the Python package, xtask and the tests build theirs
+/// here). Nothing is installed.
+pub fn prometheus_builder() -> PrometheusBuilder {
+    histogram_buckets()
+        .into_iter()
+        .fold(PrometheusBuilder::new(), |builder, (name, buckets)| {
+            builder
+                .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
+                .expect("every declared histogram has buckets")
+        })
+}
+
+/// Installs [`prometheus_builder`]'s recorder as the process's recorder and registers every
+/// description. Call it before building a [`crate::Loader`].
+///
+/// # Errors
+///
+/// When a recorder is installed already.
+pub fn install_prometheus() -> Result<PrometheusHandle, BuildError> {
+    let handle = prometheus_builder().install_recorder()?;
+    describe();
+    Ok(handle)
 }

@@ -16,6 +16,8 @@ pub(crate) struct WriteMemory {
     /// A budget that never waits; it reserves from its first half, so it is made twice the
     /// allowance.
     allowance: DownloadBudget,
+    /// [`metrics::WRITES_SKIPPED`], resolved when built.
+    skipped: ::metrics::Counter,
 }
 
 impl WriteMemory {
@@ -23,6 +25,7 @@ impl WriteMemory {
     pub(crate) fn new(download: &DownloadBudget) -> Self {
         Self {
             allowance: DownloadBudget::new(download.capacity() / 2, std::time::Duration::ZERO),
+            skipped: ::metrics::counter!(metrics::WRITES_SKIPPED.name),
         }
     }
 
@@ -36,7 +39,7 @@ impl WriteMemory {
     /// does not fit now: the cache writes of this load are skipped.
     pub(crate) fn copy(&self, bytes: &Bytes) -> Option<Bytes> {
         let Some(reservation) = self.allowance.try_reserve(bytes.len() as u64) else {
-            ::metrics::counter!(metrics::WRITES_SKIPPED).increment(1);
+            self.skipped.increment(1);
             return None;
         };
         Some(reservation.hold(bytes.to_vec()))

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput, EmbeddingSource};
+use mmcache_loader::metrics::prometheus::PrometheusHandle;
 use mmcache_loader::scope::{ContentKey, Scope};
 use mmcache_loader::{Loader, Source};
 use mmcache_test_support::images;
@@ -32,7 +32,7 @@ fn loader(scoped: bool) -> Loader {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_bytes_under_two_urls_share_one_decode_within_a_scope_only() {
-    let handle = PrometheusBuilder::new().install_recorder().unwrap();
+    let handle = mmcache_loader::metrics::install_prometheus().unwrap();
     let origin = TestOrigin::start();
     let body = images::png(64, 48, 5);
     // Cache-busting query strings and a second path: three URLs, one body.

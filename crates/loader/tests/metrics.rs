@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use mmcache_loader::{Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
@@ -20,13 +19,7 @@ async fn shared_cache_histograms_by_outcome_and_size_bucket() {
     if !require_redis("shared_cache_histograms_by_outcome_and_size_bucket") {
         return;
     }
-    let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
-        builder = builder
-            .set_buckets_for_metric(Matcher::Full(name.into()), buckets)
-            .unwrap();
-    }
-    let handle = builder.install_recorder().unwrap();
+    let handle = mmcache_loader::metrics::install_prometheus().unwrap();
 
     let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
     let origin = TestOrigin::start();

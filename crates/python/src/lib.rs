@@ -37,7 +37,11 @@ fn metrics_text(exclude_dynamo_shared_cache: bool) -> String {
     if !exclude_dynamo_shared_cache {
         return text;
     }
-    let dynamo = mmcache_loader::shared_cache::metrics::HISTOGRAMS;
+    let dynamo: Vec<&str> = mmcache_loader::shared_cache::metrics::ALL
+        .iter()
+        .filter(|m| m.name.starts_with("dynamo_"))
+        .map(|m| m.name)
+        .collect();
     let mut kept = String::with_capacity(text.len());
     for line in text.lines() {
         let name = line

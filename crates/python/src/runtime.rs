@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use mmcache_loader::metrics::prometheus::PrometheusHandle;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3_async_runtimes::TaskLocals;
@@ -164,19 +164,12 @@ fn current() -> &'static tokio::runtime::Runtime {
 /// is then empty.
 pub(crate) fn metrics() -> &'static PrometheusHandle {
     METRICS.get_or_init(|| {
-        let mut builder = PrometheusBuilder::new();
-        for (name, buckets) in mmcache_loader::metrics::histogram_buckets() {
-            builder = builder
-                .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
-                .expect("histogram buckets are not empty");
-        }
-        match builder.install_recorder() {
-            Ok(handle) => {
-                mmcache_loader::metrics::describe();
-                handle
-            }
+        match mmcache_loader::metrics::install_prometheus() {
+            Ok(handle) => handle,
             // Someone else's recorder: a handle of our own that nothing records into.
-            Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            Err(_) => mmcache_loader::metrics::prometheus_builder()
+                .build_recorder()
+                .handle(),
         }
     })
 }

@@ -46,6 +46,7 @@ use sha2::{Digest, Sha256};
 
 mod content_key;
 mod embedding_key;
+pub mod metric;
 mod url_key;
 
 pub use content_key::ContentKey;

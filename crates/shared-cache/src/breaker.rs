@@ -32,28 +32,21 @@ impl Default for BreakerConfig {
     }
 }
 
-/// The state of one breaker, for gauges and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BreakerState {
-    /// Operations run.
-    Closed,
-    /// Operations are skipped until the cool-down ends.
-    Open,
-    /// One probe is running.
-    HalfOpen,
+mmcache_scope::label_values! {
+    /// The state of one breaker, for gauges and tests; the values of the `from` and `to`
+    /// labels.
+    #[non_exhaustive]
+    pub enum BreakerState: "to" {
+        /// Operations run.
+        Closed = "closed",
+        /// Operations are skipped until the cool-down ends.
+        Open = "open",
+        /// One probe is running.
+        HalfOpen = "half_open",
+    }
 }
 
 impl BreakerState {
-    /// Metric label / gauge value name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Open => "open",
-            Self::HalfOpen => "half_open",
-        }
-    }
-
     /// Gauge encoding: 0 closed, 1 open, 2 half-open.
     pub fn as_gauge(self) -> f64 {
         match self {

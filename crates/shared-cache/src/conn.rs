@@ -7,20 +7,16 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 
+use crate::metrics::{Op, SkipReason};
 use crate::{
     BreakerState, ConnState, FailureKind, RECONNECT_BACKOFF, REDISCOVER_AFTER, SLOT_MAP_MAX_AGE,
-    SLOT_MAP_MAX_AGE_FAILING, SharedCache, breaker, bump, metrics, slots,
+    SLOT_MAP_MAX_AGE_FAILING, SharedCache, breaker, bump, slots,
 };
 
 impl SharedCache {
     /// Runs one operation on `key`: skipped while the key's node has an open breaker, else
     /// one attempt under the overall deadline, with failures accounted.
-    pub(crate) async fn run<'k, T, F, Fut>(
-        &self,
-        op: &'static str,
-        key: &'k str,
-        f: F,
-    ) -> Result<T, Failure>
+    pub(crate) async fn run<'k, T, F, Fut>(&self, op: Op, key: &'k str, f: F) -> Result<T, Failure>
     where
         F: FnOnce(ClusterConnection, &'k str) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -36,7 +32,7 @@ impl SharedCache {
         }
         if admit == breaker::Admit::Skip {
             bump(&inner.counters.skipped);
-            self.inner.metrics.record_skip(op, "breaker_open");
+            self.inner.metrics.record_skip(op, SkipReason::BreakerOpen);
             return Err(Failure::Skipped);
         }
         // A probe whose caller is cancelled must not leave the breaker half-open forever.
@@ -119,7 +115,7 @@ impl SharedCache {
         if to == BreakerState::Open && from == BreakerState::Closed {
             bump(&self.inner.counters.breaker_opens);
         }
-        metrics::record_breaker(from, to);
+        self.inner.metrics.record_breaker(from, to);
         tracing::debug!(
             from = from.as_str(),
             to = to.as_str(),
@@ -139,10 +135,10 @@ impl SharedCache {
     }
 
     /// Counts, logs and (rate-limited) warns about a failed operation.
-    fn record_failure(&self, op: &'static str, kind: FailureKind) {
+    fn record_failure(&self, op: Op, kind: FailureKind) {
         self.inner.metrics.record_error(op, kind);
         tracing::debug!(
-            op,
+            op = op.as_str(),
             kind = kind.as_str(),
             "shared image cache operation failed"
         );
@@ -157,7 +153,7 @@ impl SharedCache {
     }
 
     /// A node failure: also starts or extends the run of failures that leads to rediscovery.
-    fn on_failure(&self, op: &'static str, kind: FailureKind) {
+    fn on_failure(&self, op: Op, kind: FailureKind) {
         self.record_failure(op, kind);
         let now = self.inner.config.clock.now();
         self.inner.failing.store(true, Ordering::Release);

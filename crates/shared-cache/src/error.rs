@@ -28,37 +28,27 @@ pub enum Error {
     Tls(String),
 }
 
-/// What kind of failure an operation met; a metric label (`kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum FailureKind {
-    /// Connect or response timeout, or the overall deadline.
-    Timeout,
-    /// No connection: refused, dropped, not connected yet.
-    Connect,
-    /// A cluster-level reply: CLUSTERDOWN, MOVED/ASK storms, TRYAGAIN, no node for a slot.
-    Cluster,
-    /// An error reply from a node that answered (WRONGTYPE, OOM, NOSCRIPT, ERR, NOPERM...):
-    /// this operation failed, but the node and the connection are healthy, so it counts
-    /// toward neither the node's breaker nor rediscovery.
-    Reply,
-    /// Anything else: protocol oddities, unexpected replies, a node still loading its data
-    /// (LOADING) or busy with a script (BUSY).
-    Other,
+mmcache_scope::label_values! {
+    /// What kind of failure an operation met; a metric label (`kind`).
+    #[non_exhaustive]
+    pub enum FailureKind: "kind" {
+        /// Connect or response timeout, or the overall deadline.
+        Timeout = "timeout",
+        /// No connection: refused, dropped, not connected yet.
+        Connect = "connect",
+        /// A cluster-level reply: CLUSTERDOWN, MOVED/ASK storms, TRYAGAIN, no node for a slot.
+        Cluster = "cluster",
+        /// An error reply from a node that answered (WRONGTYPE, OOM, NOSCRIPT, ERR, NOPERM...):
+        /// this operation failed, but the node and the connection are healthy, so it counts
+        /// toward neither the node's breaker nor rediscovery.
+        Reply = "reply",
+        /// Anything else: protocol oddities, unexpected replies, a node still loading its data
+        /// (LOADING) or busy with a script (BUSY).
+        Other = "other",
+    }
 }
 
 impl FailureKind {
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Timeout => "timeout",
-            Self::Connect => "connect",
-            Self::Cluster => "cluster",
-            Self::Reply => "reply",
-            Self::Other => "other",
-        }
-    }
-
     pub(crate) fn of(e: &redis::RedisError) -> Self {
         use redis::ErrorKind;
         if e.is_timeout() {

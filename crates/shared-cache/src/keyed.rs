@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::conn::Failure;
+use crate::metrics::Op;
 use crate::read::Read;
 use crate::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome, lease_token};
 
@@ -16,7 +17,7 @@ impl SharedCache {
     /// when absent or empty, `None` on any failure (an open breaker: [`GetOutcome::Skipped`];
     /// no room in the read memory: [`GetOutcome::NoMemory`]).
     pub async fn get_key(&self, key: &str, max: usize) -> (Option<Bytes>, GetOutcome) {
-        match self.read_value("get", key, max).await {
+        match self.read_value(Op::Get, key, max).await {
             Ok(Read::Miss) => (None, GetOutcome::Miss),
             Ok(Read::Oversized) => (None, GetOutcome::Oversized),
             Ok(Read::Value(v)) => (Some(v), GetOutcome::Hit),
@@ -31,7 +32,7 @@ impl SharedCache {
     pub async fn set_key(&self, key: &str, bytes: Bytes, ttl: Duration) -> WriteOutcome {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run("set", key, |mut conn, key| async move {
+            .run(Op::Set, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&bytes[..])
@@ -47,7 +48,7 @@ impl SharedCache {
     /// `DEL key` (one key: keys of one caller may sit in different slots).
     pub async fn delete_key(&self, key: &str) -> WriteOutcome {
         let result = self
-            .run("del", key, |mut conn, key| async move {
+            .run(Op::Del, key, |mut conn, key| async move {
                 redis::cmd("DEL")
                     .arg(key)
                     .query_async::<i64>(&mut conn)
@@ -63,7 +64,7 @@ impl SharedCache {
         let token = lease_token();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run("lease", key, |mut conn, key| async move {
+            .run(Op::Lease, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(token)
@@ -87,7 +88,7 @@ impl SharedCache {
     pub async fn release_lease_key(&self, key: &str, token: u64) {
         const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
         let _ = self
-            .run("lease", key, |mut conn, key| async move {
+            .run(Op::Lease, key, |mut conn, key| async move {
                 redis::cmd("EVAL")
                     .arg(RELEASE)
                     .arg(1)

@@ -65,6 +65,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use crate::conn::{Failure, install_crypto_provider};
+use crate::metrics::{Op, SkipReason};
 use crate::read::Read;
 
 pub use crate::breaker::{BreakerConfig, BreakerState};
@@ -442,7 +443,7 @@ impl SharedCache {
         // The length and a first step in one round trip, within the read memory (`read`); a
         // hostile or foreign value costs at most the cap.
         let result = self
-            .read_value("get", &key, self.inner.config.max_read_bytes)
+            .read_value(Op::Get, &key, self.inner.config.max_read_bytes)
             .await;
         let c = &self.inner.counters;
         let (value, outcome) = match result {
@@ -459,7 +460,9 @@ impl SharedCache {
                 (Some(v), GetOutcome::Hit)
             }
             Ok(Read::NoMemory) => {
-                self.inner.metrics.record_skip("get", "no_memory");
+                self.inner
+                    .metrics
+                    .record_skip(Op::Get, SkipReason::NoMemory);
                 (None, GetOutcome::NoMemory)
             }
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
@@ -479,14 +482,16 @@ impl SharedCache {
     pub async fn set(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
         let len = bytes.len();
         if len > self.inner.config.max_value_bytes {
-            self.inner.metrics.record_skip("set", "too_large");
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::TooLarge);
             return WriteOutcome::Skipped;
         }
         let key = entry_key(identity);
         let ttl = self.inner.ttl_secs;
         let started = Instant::now();
         let result = self
-            .run("set", &key, |mut conn, key| async move {
+            .run(Op::Set, &key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&bytes[..])
@@ -521,14 +526,18 @@ impl SharedCache {
             return self.set(identity, bytes).await;
         }
         if bytes.len() > self.inner.config.max_value_bytes {
-            self.inner.metrics.record_skip("set", "too_large");
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::TooLarge);
             return WriteOutcome::Skipped;
         }
         if self.inner.queue.push(self, identity.clone(), bytes) {
             WriteOutcome::Success
         } else {
             bump(&self.inner.counters.write_behind_dropped);
-            self.inner.metrics.record_skip("set", "queue_full");
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::QueueFull);
             WriteOutcome::Skipped
         }
     }
@@ -547,12 +556,16 @@ impl SharedCache {
             return self.store(identity, bytes).await;
         }
         if bytes.len() > self.inner.config.max_value_bytes {
-            self.inner.metrics.record_skip("set", "too_large");
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::TooLarge);
             return WriteOutcome::Skipped;
         }
         let Some(room) = self.inner.queue.reserve(self, bytes.len()) else {
             bump(&self.inner.counters.write_behind_dropped);
-            self.inner.metrics.record_skip("set", "queue_full");
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::QueueFull);
             return WriteOutcome::Skipped;
         };
         // The SET runs here, in the load's task (no hop in the common case); if the wait
@@ -596,7 +609,7 @@ impl SharedCache {
     pub async fn delete(&self, identity: &CacheIdentity) -> WriteOutcome {
         let key = entry_key(identity);
         let result = self
-            .run("del", &key, |mut conn, key| async move {
+            .run(Op::Del, &key, |mut conn, key| async move {
                 redis::cmd("DEL")
                     .arg(key)
                     .query_async::<i64>(&mut conn)

@@ -1,4 +1,5 @@
-//! Metric names, labels and buckets, compatible with the Python implementation.
+//! The crate's metrics, declared once (names, labels and buckets compatible with the Python
+//! implementation), and the handles a cache records through.
 //!
 //! The library records through the `metrics` facade and never installs an exporter. Labels
 //! never hold a URL, a key or a scope.
@@ -6,49 +7,160 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{Counter, Histogram};
+use metrics::{Counter, Gauge, Histogram};
+use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
+use crate::BreakerState;
 use crate::samples::SampleOp;
 
-/// GET latency histogram; labels `outcome` (`hit`, `miss`, `error`) and `size_bucket`.
-pub const GET_DURATION: &str = "dynamo_component_image_shared_cache_get_duration_seconds";
-/// SET latency histogram; labels `outcome` (`success`, `error`) and `size_bucket`.
-pub const SET_DURATION: &str = "dynamo_component_image_shared_cache_set_duration_seconds";
-/// DEL counter; label `outcome` (`success`, `error`).
-pub const DELETES: &str = "mmcache_shared_cache_deletes_total";
-/// Failure counter; labels `op` (`get`, `set`, `del`, ...) and `kind` (`timeout`, `connect`,
-/// `cluster`, `other`).
-pub const ERRORS: &str = "mmcache_shared_cache_errors_total";
-/// Operations not attempted; labels `op` and `reason` (`breaker_open`, `too_large`).
-pub const SKIPPED: &str = "mmcache_shared_cache_skipped_total";
-
-/// Breaker transitions; labels `from` and `to` (`closed`, `open`, `half_open`).
-pub const BREAKER_TRANSITIONS: &str = "mmcache_shared_cache_breaker_transitions_total";
+/// GET latency histogram; labels `outcome` and `size_bucket`.
+pub const GET_DURATION: Metric = Metric::new(
+    "dynamo_component_image_shared_cache_get_duration_seconds",
+    Kind::Histogram,
+    "Shared image cache GET latency",
+)
+.unit(Unit::Seconds)
+.labels(&[GetLabel::LABEL, SizeBucket::LABEL])
+.buckets(&LATENCY_BUCKETS)
+.note("`size_bucket` is `unknown` for misses and errors");
+/// SET latency histogram; labels `outcome` and `size_bucket`.
+pub const SET_DURATION: Metric = Metric::new(
+    "dynamo_component_image_shared_cache_set_duration_seconds",
+    Kind::Histogram,
+    "Shared image cache SET latency",
+)
+.unit(Unit::Seconds)
+.labels(&[WriteLabel::LABEL, SizeBucket::LABEL])
+.buckets(&LATENCY_BUCKETS);
+/// DEL counter; label `outcome`.
+pub const DELETES: Metric = Metric::new(
+    "mmcache_shared_cache_deletes_total",
+    Kind::Counter,
+    "Shared image cache DELs by outcome",
+)
+.labels(&[DeleteLabel::LABEL])
+.note("`skipped`: breaker open");
+/// Failure counter; labels `op` and `kind`.
+pub const ERRORS: Metric = Metric::new(
+    "mmcache_shared_cache_errors_total",
+    Kind::Counter,
+    "Shared image cache failures by operation and kind",
+)
+.labels(&[Op::LABEL, crate::FailureKind::LABEL])
+.note(
+    "`reply`: an error reply such as WRONGTYPE or OOM from a node that answered; it opens \
+     no breaker and triggers no rediscovery",
+);
+/// Operations not attempted; labels `op` and `reason`.
+pub const SKIPPED: Metric = Metric::new(
+    "mmcache_shared_cache_skipped_total",
+    Kind::Counter,
+    "Shared image cache operations not attempted",
+)
+.labels(&[Op::LABEL, SkipReason::LABEL])
+.note("`no_memory`: a GET not made, no room in the download budget within its wait");
+/// Breaker transitions; labels `from` and `to`.
+pub const BREAKER_TRANSITIONS: Metric = Metric::new(
+    "mmcache_shared_cache_breaker_transitions_total",
+    Kind::Counter,
+    "Shared image cache breaker transitions",
+)
+.labels(&[
+    Label {
+        name: "from",
+        values: BreakerState::LABEL.values,
+    },
+    BreakerState::LABEL,
+]);
 /// Breakers currently open or half-open (gauge).
-pub const BREAKERS_OPEN: &str = "mmcache_shared_cache_breakers_open";
+pub const BREAKERS_OPEN: Metric = Metric::new(
+    "mmcache_shared_cache_breakers_open",
+    Kind::Gauge,
+    "Shared image cache breakers open or half-open",
+);
 
-/// Latency buckets in seconds, 1 ms to 4 s. Apply them where the exporter is built.
+/// Every metric this crate records.
+pub const ALL: &[Metric] = &[
+    GET_DURATION,
+    SET_DURATION,
+    DELETES,
+    ERRORS,
+    SKIPPED,
+    BREAKER_TRANSITIONS,
+    BREAKERS_OPEN,
+];
+
+/// Latency buckets in seconds, 1 ms to 4 s.
 pub const LATENCY_BUCKETS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0,
 ];
 
-/// Names of the histograms that take [`LATENCY_BUCKETS`].
-pub const HISTOGRAMS: [&str; 2] = [GET_DURATION, SET_DURATION];
+mmcache_scope::label_values! {
+    /// The `size_bucket` label: a value's length (inclusive upper bounds).
+    pub enum SizeBucket: "size_bucket" {
+        Le64Kib = "le_64kib",
+        Le256Kib = "le_256kib",
+        Le1Mib = "le_1mib",
+        Le4Mib = "le_4mib",
+        Le16Mib = "le_16mib",
+        Le32Mib = "le_32mib",
+        Gt32Mib = "gt_32mib",
+        /// GET misses and errors.
+        Unknown = "unknown",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`GET_DURATION`].
+    pub enum GetLabel: "outcome" { Hit = "hit", Miss = "miss", Error = "error" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`SET_DURATION`].
+    pub enum WriteLabel: "outcome" { Success = "success", Error = "error" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`DELETES`].
+    pub enum DeleteLabel: "outcome" { Success = "success", Error = "error", Skipped = "skipped" }
+}
+
+mmcache_scope::label_values! {
+    /// The `op` label: which operation.
+    pub enum Op: "op" { Get = "get", Set = "set", Del = "del", Lease = "lease" }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`SKIPPED`].
+    pub enum SkipReason: "reason" {
+        BreakerOpen = "breaker_open",
+        TooLarge = "too_large",
+        QueueFull = "queue_full",
+        NoMemory = "no_memory",
+    }
+}
+
+impl SizeBucket {
+    /// The bucket of a value of `len` bytes (`None`: unknown).
+    pub fn of(len: Option<usize>) -> Self {
+        const KIB: usize = 1024;
+        const MIB: usize = 1024 * KIB;
+        match len {
+            None => Self::Unknown,
+            Some(n) if n <= 64 * KIB => Self::Le64Kib,
+            Some(n) if n <= 256 * KIB => Self::Le256Kib,
+            Some(n) if n <= MIB => Self::Le1Mib,
+            Some(n) if n <= 4 * MIB => Self::Le4Mib,
+            Some(n) if n <= 16 * MIB => Self::Le16Mib,
+            Some(n) if n <= 32 * MIB => Self::Le32Mib,
+            Some(_) => Self::Gt32Mib,
+        }
+    }
+}
 
 /// The `size_bucket` label of a value of `len` bytes (inclusive upper bounds).
 pub fn size_bucket(len: Option<usize>) -> &'static str {
-    const KIB: usize = 1024;
-    const MIB: usize = 1024 * KIB;
-    match len {
-        None => "unknown",
-        Some(n) if n <= 64 * KIB => "le_64kib",
-        Some(n) if n <= 256 * KIB => "le_256kib",
-        Some(n) if n <= MIB => "le_1mib",
-        Some(n) if n <= 4 * MIB => "le_4mib",
-        Some(n) if n <= 16 * MIB => "le_16mib",
-        Some(n) if n <= 32 * MIB => "le_32mib",
-        Some(_) => "gt_32mib",
-    }
+    SizeBucket::of(len).as_str()
 }
 
 /// How a GET ended.
@@ -111,53 +223,80 @@ impl WriteOutcome {
     }
 }
 
-/// `size_bucket` values, in index order ("unknown" last).
-const BUCKETS: [&str; 8] = [
-    "le_64kib",
-    "le_256kib",
-    "le_1mib",
-    "le_4mib",
-    "le_16mib",
-    "le_32mib",
-    "gt_32mib",
-    "unknown",
-];
-/// `op` values.
-const OPS: [&str; 4] = ["get", "set", "del", "lease"];
-/// Skip `reason` values.
-const REASONS: [&str; 4] = ["breaker_open", "too_large", "queue_full", "no_memory"];
-/// Failure `kind` values, in [`crate::FailureKind`] order.
-const KINDS: [crate::FailureKind; 5] = [
-    crate::FailureKind::Timeout,
-    crate::FailureKind::Connect,
-    crate::FailureKind::Cluster,
-    crate::FailureKind::Reply,
-    crate::FailureKind::Other,
-];
-
-fn index_of(all: &[&str], value: &str) -> usize {
-    all.iter()
-        .position(|v| *v == value)
-        .unwrap_or(all.len() - 1)
+/// A histogram or counter per value of two labels, resolved when built.
+struct Grid<T> {
+    cells: Vec<T>,
+    cols: usize,
 }
 
-/// The metric handles of one cache, each registered with the recorder on first use and then
-/// reused: no registry lookup and no label allocation per operation. A label combination that
-/// never occurs is never registered, so the exposition matches the Python implementation's.
-#[derive(Default)]
+impl<T> Grid<T> {
+    fn new<A: Copy, B: Copy>(rows: &[A], cols: &[B], make: impl Fn(A, B) -> T) -> Self {
+        let cells = rows
+            .iter()
+            .flat_map(|a| cols.iter().map(|b| make(*a, *b)).collect::<Vec<_>>())
+            .collect();
+        Self {
+            cells,
+            cols: cols.len(),
+        }
+    }
+
+    fn get(&self, row: usize, col: usize) -> &T {
+        &self.cells[row * self.cols + col]
+    }
+}
+
+/// The metric handles of one cache, one per label combination, resolved when the cache is
+/// built: no registry lookup and no label allocation per operation.
 pub(crate) struct Handles {
-    /// GET by outcome (hit, miss, error) and size bucket.
-    get: [OnceLock<Histogram>; 3 * BUCKETS.len()],
-    /// SET by outcome (success, error) and size bucket.
-    set: [OnceLock<Histogram>; 2 * BUCKETS.len()],
-    /// DEL by outcome (success, error, skipped).
-    deletes: [OnceLock<Counter>; 3],
-    /// Failures by op and kind.
-    errors: [OnceLock<Counter>; OPS.len() * KINDS.len()],
-    /// Skips by op and reason.
-    skips: [OnceLock<Counter>; OPS.len() * REASONS.len()],
+    get: Grid<Histogram>,
+    set: Grid<Histogram>,
+    deletes: Vec<Counter>,
+    errors: Grid<Counter>,
+    skips: Grid<Counter>,
+    transitions: Grid<Counter>,
+    breakers_open: Gauge,
     /// Raw GET/SET samples for a scraping exporter; set once enabled (see `samples.rs`).
     pub(crate) samples: OnceLock<crate::samples::Samples>,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        use crate::FailureKind;
+        Self {
+            get: Grid::new(
+                GetLabel::ALL,
+                SizeBucket::ALL,
+                |o: GetLabel, b: SizeBucket| metrics::histogram!(GET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+            ),
+            set: Grid::new(
+                WriteLabel::ALL,
+                SizeBucket::ALL,
+                |o: WriteLabel, b: SizeBucket| metrics::histogram!(SET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+            ),
+            deletes: DeleteLabel::ALL
+                .iter()
+                .map(|o| metrics::counter!(DELETES.name, "outcome" => o.as_str()))
+                .collect(),
+            errors: Grid::new(
+                Op::ALL,
+                FailureKind::ALL,
+                |op: Op, k: FailureKind| metrics::counter!(ERRORS.name, "op" => op.as_str(), "kind" => k.as_str()),
+            ),
+            skips: Grid::new(
+                Op::ALL,
+                SkipReason::ALL,
+                |op: Op, r: SkipReason| metrics::counter!(SKIPPED.name, "op" => op.as_str(), "reason" => r.as_str()),
+            ),
+            transitions: Grid::new(
+                BreakerState::ALL,
+                BreakerState::ALL,
+                |f: BreakerState, t: BreakerState| metrics::counter!(BREAKER_TRANSITIONS.name, "from" => f.as_str(), "to" => t.as_str()),
+            ),
+            breakers_open: metrics::gauge!(BREAKERS_OPEN.name),
+            samples: OnceLock::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Handles {
@@ -168,84 +307,66 @@ impl std::fmt::Debug for Handles {
 
 impl Handles {
     pub(crate) fn record_get(&self, outcome: GetOutcome, len: Option<usize>, elapsed: Duration) {
-        let row = match outcome {
+        let label = match outcome {
             GetOutcome::Skipped | GetOutcome::NoMemory => return,
-            GetOutcome::Hit | GetOutcome::Oversized => 0,
-            GetOutcome::Miss => 1,
-            GetOutcome::Error => 2,
+            GetOutcome::Hit | GetOutcome::Oversized => GetLabel::Hit,
+            GetOutcome::Miss => GetLabel::Miss,
+            GetOutcome::Error => GetLabel::Error,
         };
         let bucket = if outcome == GetOutcome::Hit {
-            size_bucket(len)
+            SizeBucket::of(len)
         } else {
-            "unknown"
+            SizeBucket::Unknown
         };
-        let slot = row * BUCKETS.len() + index_of(&BUCKETS, bucket);
-        self.get[slot]
-            .get_or_init(|| {
-                metrics::histogram!(GET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
-            })
+        self.get
+            .get(label as usize, bucket as usize)
             .record(elapsed.as_secs_f64());
         if let Some(samples) = self.samples.get() {
-            samples.record(SampleOp::Get, outcome.as_str(), bucket, elapsed);
+            samples.record(SampleOp::Get, label.as_str(), bucket.as_str(), elapsed);
         }
     }
 
     pub(crate) fn record_set(&self, outcome: WriteOutcome, len: usize, elapsed: Duration) {
-        let row = match outcome {
+        let label = match outcome {
             WriteOutcome::Skipped | WriteOutcome::Pending => return,
-            WriteOutcome::Success => 0,
-            WriteOutcome::Error => 1,
+            WriteOutcome::Success => WriteLabel::Success,
+            WriteOutcome::Error => WriteLabel::Error,
         };
-        let bucket = size_bucket(Some(len));
-        let slot = row * BUCKETS.len() + index_of(&BUCKETS, bucket);
-        self.set[slot]
-            .get_or_init(|| {
-                metrics::histogram!(SET_DURATION, "outcome" => outcome.as_str(), "size_bucket" => bucket)
-            })
+        let bucket = SizeBucket::of(Some(len));
+        self.set
+            .get(label as usize, bucket as usize)
             .record(elapsed.as_secs_f64());
         if let Some(samples) = self.samples.get() {
-            samples.record(SampleOp::Set, outcome.as_str(), bucket, elapsed);
+            samples.record(SampleOp::Set, label.as_str(), bucket.as_str(), elapsed);
         }
     }
 
     pub(crate) fn record_delete(&self, outcome: WriteOutcome) {
-        let slot = match outcome {
-            WriteOutcome::Success => 0,
-            WriteOutcome::Error => 1,
-            WriteOutcome::Skipped | WriteOutcome::Pending => 2,
+        let label = match outcome {
+            WriteOutcome::Success => DeleteLabel::Success,
+            WriteOutcome::Error => DeleteLabel::Error,
+            WriteOutcome::Skipped | WriteOutcome::Pending => DeleteLabel::Skipped,
         };
-        self.deletes[slot]
-            .get_or_init(|| metrics::counter!(DELETES, "outcome" => outcome.as_str()))
-            .increment(1);
+        self.deletes[label as usize].increment(1);
     }
 
-    pub(crate) fn record_error(&self, op: &'static str, kind: crate::FailureKind) {
-        let k = KINDS
-            .iter()
-            .position(|x| *x == kind)
-            .unwrap_or(KINDS.len() - 1);
-        let slot = index_of(&OPS, op) * KINDS.len() + k;
-        self.errors[slot]
-            .get_or_init(|| metrics::counter!(ERRORS, "op" => op, "kind" => kind.as_str()))
-            .increment(1);
+    pub(crate) fn record_error(&self, op: Op, kind: crate::FailureKind) {
+        self.errors.get(op as usize, kind as usize).increment(1);
     }
 
-    pub(crate) fn record_skip(&self, op: &'static str, reason: &'static str) {
-        let slot = index_of(&OPS, op) * REASONS.len() + index_of(&REASONS, reason);
-        self.skips[slot]
-            .get_or_init(|| metrics::counter!(SKIPPED, "op" => op, "reason" => reason))
-            .increment(1);
+    pub(crate) fn record_skip(&self, op: Op, reason: SkipReason) {
+        self.skips.get(op as usize, reason as usize).increment(1);
     }
-}
 
-pub(crate) fn record_breaker(from: crate::BreakerState, to: crate::BreakerState) {
-    metrics::counter!(BREAKER_TRANSITIONS, "from" => from.as_str(), "to" => to.as_str())
-        .increment(1);
-    let gauge = metrics::gauge!(BREAKERS_OPEN);
-    match (from, to) {
-        (crate::BreakerState::Closed, _) => gauge.increment(1.0),
-        (_, crate::BreakerState::Closed) => gauge.decrement(1.0),
-        _ => {}
+    pub(crate) fn record_breaker(&self, from: BreakerState, to: BreakerState) {
+        self.transitions
+            .get(from as usize, to as usize)
+            .increment(1);
+        match (from, to) {
+            (BreakerState::Closed, _) => self.breakers_open.increment(1.0),
+            (_, BreakerState::Closed) => self.breakers_open.decrement(1.0),
+            _ => {}
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use crate::SharedCache;
 use crate::conn::Failure;
+use crate::metrics::Op;
 
 /// What a read reserves first, and the longest value read in one round trip: larger than
 /// nearly every image, small enough that many reads at once fit a budget.
@@ -75,12 +76,7 @@ pub(crate) enum Read {
 
 impl SharedCache {
     /// Reads `key` (at most `max` bytes) within the configured read memory.
-    pub(crate) async fn read_value(
-        &self,
-        op: &'static str,
-        key: &str,
-        max: usize,
-    ) -> Result<Read, Failure> {
+    pub(crate) async fn read_value(&self, op: Op, key: &str, max: usize) -> Result<Read, Failure> {
         let step = READ_STEP.min(max.max(1));
         let len = match self.first_step(step) {
             Some(hold) => {
@@ -135,7 +131,7 @@ impl SharedCache {
         }
     }
 
-    async fn strlen(&self, op: &'static str, key: &str) -> Result<usize, Failure> {
+    async fn strlen(&self, op: Op, key: &str) -> Result<usize, Failure> {
         self.run(op, key, |mut conn, key| async move {
             redis::cmd("STRLEN")
                 .arg(key)
@@ -156,7 +152,7 @@ impl SharedCache {
     /// of its bytes.
     async fn strlen_getrange(
         &self,
-        op: &'static str,
+        op: Op,
         key: &str,
         n: usize,
     ) -> Result<(usize, Vec<u8>), Failure> {

@@ -18,7 +18,7 @@ use mmcache_scope::EmbeddingKey;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
 
 use super::EmbeddingSource;
-use super::metrics::FleetMetrics;
+use super::metrics::{FleetMetrics, FleetTier, LeaseOutcome as LeaseLabel, LeaseWait};
 use crate::Config;
 use crate::background::Background;
 
@@ -45,7 +45,7 @@ pub(crate) struct Fleet {
     max_value: u64,
     chunk: u64,
     background: Arc<Background>,
-    m: FleetMetrics,
+    m: Arc<FleetMetrics>,
 }
 
 /// What a lookup before the compute found.
@@ -122,7 +122,7 @@ impl Fleet {
             max_value: config.embedding_max_value_bytes,
             chunk: config.embedding_chunk_bytes,
             background: background.clone(),
-            m: FleetMetrics::new(),
+            m: Arc::new(FleetMetrics::new()),
         }
     }
 
@@ -166,13 +166,13 @@ impl Fleet {
         let lease = lease_key(key);
         match shared.try_lease_key(&lease, ttl).await {
             LeaseOutcome::Won(token) => {
-                self.m.lease("won");
+                self.m.lease(LeaseLabel::Won);
                 held.lease = Some(token);
                 return Before::Compute(held);
             }
-            LeaseOutcome::Held => self.m.lease("held"),
+            LeaseOutcome::Held => self.m.lease(LeaseLabel::Held),
             _ => {
-                self.m.lease("unavailable");
+                self.m.lease(LeaseLabel::Unavailable);
                 return Before::Compute(held);
             }
         }
@@ -186,19 +186,19 @@ impl Fleet {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_POLL);
             if let Some(e) = self.read_shared(shared, key, model).await {
-                self.m.lease_wait("hit");
+                self.m.lease_wait(LeaseWait::Hit);
                 self.write_disk(key, model, &e, held.disk_lock.take());
                 return Before::Hit(e, EmbeddingSource::Shared);
             }
             match shared.try_lease_key(&lease, ttl).await {
                 LeaseOutcome::Won(token) => {
-                    self.m.lease_wait("took_over");
+                    self.m.lease_wait(LeaseWait::TookOver);
                     held.lease = Some(token);
                     return Before::Compute(held);
                 }
                 LeaseOutcome::Held => {}
                 _ => {
-                    self.m.lease_wait("unavailable");
+                    self.m.lease_wait(LeaseWait::Unavailable);
                     return Before::Compute(held);
                 }
             }
@@ -210,7 +210,7 @@ impl Fleet {
                 deadline = now + ttl;
             }
             if now >= deadline || now >= started + ttl * MAX_HOLDERS_WAITED {
-                self.m.lease_wait("timed_out");
+                self.m.lease_wait(LeaseWait::TimedOut);
                 return Before::Compute(held);
             }
         }
@@ -253,15 +253,15 @@ impl Fleet {
                 if let Some(disk) = &disk {
                     disk.put_named(&disk_name(&key), value.clone(), disk_lock)
                         .await;
-                    m.written("disk", value.len());
+                    m.written(FleetTier::Disk, value.len());
                 }
             };
             let shared_write = async {
                 if let Some(shared) = &shared {
                     if write_shared(shared, &key, value.clone(), ttl, chunk).await {
-                        m.written("shared", value.len());
+                        m.written(FleetTier::Shared, value.len());
                     } else {
-                        m.write_failed("shared");
+                        m.write_failed(FleetTier::Shared);
                     }
                     if let (Some(token), Some(_)) = (lease, lease_ttl) {
                         shared.release_lease_key(&lease_key(&key), token).await;
@@ -288,11 +288,11 @@ impl Fleet {
         match encode_value(key, model, e) {
             Ok(v) if v.len() as u64 <= self.max_value => Some(Bytes::from(v)),
             Ok(_) => {
-                self.m.not_stored("oversized");
+                self.m.not_stored(mmcache_decode::WireErrorKind::Oversized);
                 None
             }
             Err(err) => {
-                self.m.not_stored(err.kind());
+                self.m.not_stored(err.label());
                 None
             }
         }
@@ -312,7 +312,7 @@ impl Fleet {
         let (name, m) = (disk_name(key), self.m.clone());
         self.background.spawn(async move {
             disk.put_named(&name, value.clone(), lock).await;
-            m.written("disk", value.len());
+            m.written(FleetTier::Disk, value.len());
         });
     }
 
@@ -324,26 +324,26 @@ impl Fleet {
     ) -> Option<Embedding> {
         let name = disk_name(key);
         let Some(bytes) = disk.get_named(&name).await else {
-            self.m.miss("disk");
+            self.m.miss(FleetTier::Disk);
             return None;
         };
         // Used in place when the read's buffer is aligned (it is, from the allocator).
         match decode_value(&bytes, key, model, self.max_value) {
             Ok(e) => {
-                self.m.hit("disk", bytes.len());
+                self.m.hit(FleetTier::Disk, bytes.len());
                 Some(e)
             }
             Err(err) => {
-                self.bad("disk", &err);
+                self.bad(FleetTier::Disk, &err);
                 disk.remove_named(&name).await;
                 None
             }
         }
     }
 
-    fn bad(&self, tier: &'static str, err: &WireError) {
-        tracing::debug!(tier, error = %err, "embedding value refused; deleting it");
-        self.m.deleted(tier, err.kind());
+    fn bad(&self, tier: FleetTier, err: &WireError) {
+        tracing::debug!(tier = tier.as_str(), error = %err, "embedding value refused; deleting it");
+        self.m.deleted(tier, err.label());
         self.m.miss(tier);
     }
 
@@ -360,7 +360,7 @@ impl Fleet {
             (Some(v), _) => v,
             (None, GetOutcome::Oversized) => {
                 self.bad(
-                    "shared",
+                    FleetTier::Shared,
                     &WireError::Oversized {
                         len: self.max_value + 1,
                         max: self.max_value,
@@ -370,7 +370,7 @@ impl Fleet {
                 return None;
             }
             _ => {
-                self.m.miss("shared");
+                self.m.miss(FleetTier::Shared);
                 return None;
             }
         };
@@ -381,16 +381,16 @@ impl Fleet {
         };
         match decoded {
             Ok(e) => {
-                self.m.hit("shared", e.bytes().len());
+                self.m.hit(FleetTier::Shared, e.bytes().len());
                 Some(e)
             }
             Err(Some(err)) => {
-                self.bad("shared", &err);
+                self.bad(FleetTier::Shared, &err);
                 shared.delete_key(&main).await;
                 None
             }
             Err(None) => {
-                self.m.miss("shared");
+                self.m.miss(FleetTier::Shared);
                 None
             }
         }

@@ -1,58 +1,240 @@
-//! Metric names of the embedding caches. Label `tier` is `memory`, `disk` or `shared`. No
+//! The embedding caches' metrics, declared once, and the handles they record through. No
 //! label ever holds a key, a model id or a scope.
 
 use ::metrics::{Counter, Histogram};
+use mmcache_decode::WireErrorKind;
+use mmcache_decode::metrics::MemoryTier;
+use mmcache_scope::metric::{Kind, Metric, Unit};
+
+use crate::metrics::PerLabel;
 
 /// Lookups that found an entry; label `tier`.
-pub const HITS: &str = "mmcache_embedding_cache_hits_total";
+pub const HITS: Metric = Metric::new(
+    "mmcache_embedding_cache_hits_total",
+    Kind::Counter,
+    "Embedding-cache lookups that hit, by tier",
+)
+.labels(&[Tier::LABEL])
+.note("fleet tiers: values that verified");
 /// Lookups that found none; label `tier`.
-pub const MISSES: &str = "mmcache_embedding_cache_misses_total";
+pub const MISSES: Metric = Metric::new(
+    "mmcache_embedding_cache_misses_total",
+    Kind::Counter,
+    "Embedding-cache lookups that missed, by tier",
+)
+.labels(&[Tier::LABEL])
+.note("fleet tiers: absent, failed, or refused");
 /// Entries that left to make room; label `tier`.
-pub const EVICTIONS: &str = "mmcache_embedding_cache_evictions_total";
+pub const EVICTIONS: Metric = Metric::new(
+    "mmcache_embedding_cache_evictions_total",
+    Kind::Counter,
+    "Embedding-cache entries evicted, by tier",
+)
+.labels(&[MemoryTier::LABEL])
+.note("entries that left to make room");
 /// Entries not stored because heavier than the budget (or a budget of 0); label `tier`.
-pub const NOT_STORED: &str = "mmcache_embedding_cache_not_stored_total";
+pub const NOT_STORED: Metric = Metric::new(
+    "mmcache_embedding_cache_not_stored_total",
+    Kind::Counter,
+    "Embeddings not stored (over budget), by tier",
+)
+.labels(&[MemoryTier::LABEL])
+.note("entries heavier than the budget, or a budget of 0");
 /// Entries held (gauge); label `tier`. Recorded by `mmcache_decode::EmbeddingStore`.
-pub const ENTRIES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_ENTRIES;
+pub const ENTRIES: Metric = mmcache_decode::metrics::EMBEDDING_CACHE_ENTRIES;
 /// Weighed bytes held (gauge); label `tier`. Recorded by `mmcache_decode::EmbeddingStore`.
-pub const BYTES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_BYTES;
-/// Computes run, by `outcome` (`ok`, `error`, `panic`, `cancelled`).
-pub const COMPUTES: &str = "mmcache_embedding_computes_total";
-/// Callers that joined a compute already in flight.
-pub const COALESCED: &str = "mmcache_embedding_coalesced_total";
-/// Calls that bypassed every cache and join; label `reason` (`no_scope`).
-pub const BYPASSES: &str = "mmcache_embedding_bypass_total";
+pub const BYTES: Metric = mmcache_decode::metrics::EMBEDDING_CACHE_BYTES;
+/// Computes run, by `outcome`.
+pub const COMPUTES: Metric = Metric::new(
+    "mmcache_embedding_computes_total",
+    Kind::Counter,
+    "Embedding computes run, by outcome",
+)
+.labels(&[ComputeOutcome::LABEL]);
 /// Compute duration in seconds; label `outcome` (as [`COMPUTES`]).
-pub const COMPUTE_DURATION: &str = "mmcache_embedding_compute_duration_seconds";
+pub const COMPUTE_DURATION: Metric = Metric::new(
+    "mmcache_embedding_compute_duration_seconds",
+    Kind::Histogram,
+    "Embedding compute duration, by outcome",
+)
+.unit(Unit::Seconds)
+.labels(&[ComputeOutcome::LABEL])
+.buckets(&COMPUTE_DURATION_BUCKETS);
+/// Callers that joined a compute already in flight.
+pub const COALESCED: Metric = Metric::new(
+    "mmcache_embedding_coalesced_total",
+    Kind::Counter,
+    "Callers that joined an embedding compute in flight",
+);
+/// Calls that bypassed every cache and join; label `reason`.
+pub const BYPASSES: Metric = Metric::new(
+    "mmcache_embedding_bypass_total",
+    Kind::Counter,
+    "Embedding calls that bypassed every cache",
+)
+.labels(&[crate::metrics::BypassReason::LABEL]);
+/// Bytes read from a fleet tier in values that verified; label `tier`.
+pub const READ_BYTES: Metric = Metric::new(
+    "mmcache_embedding_cache_read_bytes_total",
+    Kind::Counter,
+    "Embedding bytes read from a fleet tier",
+)
+.unit(Unit::Bytes)
+.labels(&[FleetTier::LABEL]);
+/// Bytes of values written to a fleet tier; label `tier`.
+pub const WRITTEN_BYTES: Metric = Metric::new(
+    "mmcache_embedding_cache_written_bytes_total",
+    Kind::Counter,
+    "Embedding bytes written to a fleet tier",
+)
+.unit(Unit::Bytes)
+.labels(&[FleetTier::LABEL]);
+/// Values written to a fleet tier; labels `tier`, `outcome`.
+pub const WRITES: Metric = Metric::new(
+    "mmcache_embedding_cache_writes_total",
+    Kind::Counter,
+    "Embedding values written to a fleet tier",
+)
+.labels(&[FleetTier::LABEL, crate::metrics::Outcome::LABEL]);
+/// Values refused on read and deleted from their tier; labels `tier`, `reason`.
+pub const DELETED: Metric = Metric::new(
+    "mmcache_embedding_cache_deleted_total",
+    Kind::Counter,
+    "Bad embedding values deleted from a fleet tier",
+)
+.labels(&[FleetTier::LABEL, DeleteReason::LABEL])
+.note("bad values deleted and recomputed");
+/// Computed values not written to the fleet tiers; label `reason`.
+pub const FLEET_NOT_STORED: Metric = Metric::new(
+    "mmcache_embedding_fleet_not_stored_total",
+    Kind::Counter,
+    "Embeddings not written to the fleet tiers",
+)
+.labels(&[NotStoredReason::LABEL]);
+/// Lease attempts on a shared miss; label `outcome`.
+pub const LEASES: Metric = Metric::new(
+    "mmcache_embedding_lease_total",
+    Kind::Counter,
+    "Embedding lease attempts, by outcome",
+)
+.labels(&[LeaseOutcome::LABEL]);
+/// How the waits for another process's compute ended; label `outcome`.
+pub const LEASE_WAITS: Metric = Metric::new(
+    "mmcache_embedding_lease_waits_total",
+    Kind::Counter,
+    "Waits for another process's embedding compute",
+)
+.labels(&[LeaseWait::LABEL])
+.note(
+    "`hit`: its value came, the fleet's coalesced join; `took_over`: its lease expired and \
+     this process computes",
+);
+
+/// Every embedding metric the loader records ([`ENTRIES`] and [`BYTES`] are
+/// `mmcache_decode`'s).
+pub const ALL: &[Metric] = &[
+    HITS,
+    MISSES,
+    EVICTIONS,
+    NOT_STORED,
+    COMPUTES,
+    COMPUTE_DURATION,
+    COALESCED,
+    BYPASSES,
+    READ_BYTES,
+    WRITTEN_BYTES,
+    WRITES,
+    DELETED,
+    FLEET_NOT_STORED,
+    LEASES,
+    LEASE_WAITS,
+];
 
 /// Compute-duration buckets, in seconds: a vision encoder takes milliseconds to seconds.
 pub const COMPUTE_DURATION_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-/// Registers descriptions of the embedding metrics with the installed recorder.
-pub fn describe() {
-    describe_fleet();
-    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(HITS, "Embedding-cache lookups that hit, by tier");
-    describe_counter!(MISSES, "Embedding-cache lookups that missed, by tier");
-    describe_counter!(EVICTIONS, "Embedding-cache entries evicted, by tier");
-    describe_counter!(NOT_STORED, "Embeddings not stored (over budget), by tier");
-    describe_gauge!(ENTRIES, "Entries in the embedding cache, by tier");
-    describe_gauge!(BYTES, Unit::Bytes, "Weighed bytes in the embedding cache");
-    describe_counter!(COMPUTES, "Embedding computes run, by outcome");
-    describe_counter!(
-        COALESCED,
-        "Callers that joined an embedding compute in flight"
-    );
-    describe_counter!(BYPASSES, "Embedding calls that bypassed every cache");
-    describe_histogram!(
-        COMPUTE_DURATION,
-        Unit::Seconds,
-        "Embedding compute duration, by outcome"
-    );
+mmcache_scope::label_values! {
+    /// The `tier` label of hits and misses.
+    pub enum Tier: "tier" { Memory = "memory", Disk = "disk", Shared = "shared" }
 }
 
-/// Handles resolved once, when the loader is built.
+mmcache_scope::label_values! {
+    /// The `tier` label of the fleet tiers' metrics.
+    pub enum FleetTier: "tier" { Disk = "disk", Shared = "shared" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`COMPUTES`] and [`COMPUTE_DURATION`].
+    pub enum ComputeOutcome: "outcome" {
+        Ok = "ok",
+        Error = "error",
+        Panic = "panic",
+        Cancelled = "cancelled",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`DELETED`]: why a value read from a tier was refused.
+    pub enum DeleteReason: "reason" {
+        Truncated = "truncated",
+        Corrupt = "corrupt",
+        Foreign = "foreign",
+        OtherKey = "other_key",
+        Oversized = "oversized",
+    }
+}
+
+impl DeleteReason {
+    /// The reason of a value refused on read (reading never finds a value unencodable; were
+    /// it to, the value is one this process cannot use: corrupt).
+    pub(crate) fn of(kind: WireErrorKind) -> Self {
+        match kind {
+            WireErrorKind::Truncated => Self::Truncated,
+            WireErrorKind::Foreign => Self::Foreign,
+            WireErrorKind::Corrupt | WireErrorKind::Unencodable => Self::Corrupt,
+            WireErrorKind::OtherKey => Self::OtherKey,
+            WireErrorKind::Oversized => Self::Oversized,
+        }
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`FLEET_NOT_STORED`]: why a computed value was not written.
+    pub enum NotStoredReason: "reason" { Oversized = "oversized", Unencodable = "unencodable" }
+}
+
+impl NotStoredReason {
+    /// The reason of a value that did not encode (encoding fails only by size or by content).
+    pub(crate) fn of(kind: WireErrorKind) -> Self {
+        match kind {
+            WireErrorKind::Oversized => Self::Oversized,
+            WireErrorKind::Truncated
+            | WireErrorKind::Foreign
+            | WireErrorKind::Corrupt
+            | WireErrorKind::OtherKey
+            | WireErrorKind::Unencodable => Self::Unencodable,
+        }
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`LEASES`].
+    pub enum LeaseOutcome: "outcome" { Won = "won", Held = "held", Unavailable = "unavailable" }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`LEASE_WAITS`].
+    pub enum LeaseWait: "outcome" {
+        Hit = "hit",
+        TookOver = "took_over",
+        TimedOut = "timed_out",
+        Unavailable = "unavailable",
+    }
+}
+
+/// The embedding store's handles, resolved when the loader is built.
 #[derive(Debug)]
 pub(crate) struct Handles {
     pub(crate) hits: Counter,
@@ -61,103 +243,130 @@ pub(crate) struct Handles {
     pub(crate) not_stored: Counter,
     pub(crate) coalesced: Counter,
     pub(crate) bypasses: Counter,
+    computes: PerLabel<Counter>,
+    compute_duration: PerLabel<Histogram>,
 }
 
 impl Handles {
     pub(crate) fn new() -> Self {
-        let tier = || [("tier", "memory")];
+        let memory = Tier::Memory.as_str();
         Self {
-            hits: ::metrics::counter!(HITS, &tier()),
-            misses: ::metrics::counter!(MISSES, &tier()),
-            evictions: ::metrics::counter!(EVICTIONS, &tier()),
-            not_stored: ::metrics::counter!(NOT_STORED, &tier()),
-            coalesced: ::metrics::counter!(COALESCED),
-            bypasses: ::metrics::counter!(BYPASSES, "reason" => "no_scope"),
+            hits: ::metrics::counter!(HITS.name, "tier" => memory),
+            misses: ::metrics::counter!(MISSES.name, "tier" => memory),
+            evictions: ::metrics::counter!(EVICTIONS.name, "tier" => memory),
+            not_stored: ::metrics::counter!(NOT_STORED.name, "tier" => memory),
+            coalesced: ::metrics::counter!(COALESCED.name),
+            bypasses: ::metrics::counter!(
+                BYPASSES.name,
+                "reason" => crate::metrics::BypassReason::NoScope.as_str()
+            ),
+            computes: PerLabel::new(
+                ComputeOutcome::ALL,
+                |o: ComputeOutcome| ::metrics::counter!(COMPUTES.name, "outcome" => o.as_str()),
+            ),
+            compute_duration: PerLabel::new(
+                ComputeOutcome::ALL,
+                |o: ComputeOutcome| ::metrics::histogram!(COMPUTE_DURATION.name, "outcome" => o.as_str()),
+            ),
         }
     }
 
     /// Records one compute's outcome and duration.
-    pub(crate) fn computed(&self, outcome: &'static str, seconds: f64) {
-        ::metrics::counter!(COMPUTES, "outcome" => outcome).increment(1);
-        let h: Histogram = ::metrics::histogram!(COMPUTE_DURATION, "outcome" => outcome);
-        h.record(seconds);
+    pub(crate) fn computed(&self, outcome: ComputeOutcome, seconds: f64) {
+        self.computes.get(outcome as usize).increment(1);
+        self.compute_duration.get(outcome as usize).record(seconds);
     }
 }
 
-/// Bytes read from a fleet tier in values that verified; label `tier` (`disk`, `shared`).
-pub const READ_BYTES: &str = "mmcache_embedding_cache_read_bytes_total";
-/// Bytes of values written to a fleet tier; label `tier`.
-pub const WRITTEN_BYTES: &str = "mmcache_embedding_cache_written_bytes_total";
-/// Values written to a fleet tier; labels `tier`, `outcome` (`ok`, `error`).
-pub const WRITES: &str = "mmcache_embedding_cache_writes_total";
-/// Values refused on read and deleted from their tier; labels `tier`, `reason` (`truncated`,
-/// `corrupt`, `foreign`, `other_key`, `oversized`).
-pub const DELETED: &str = "mmcache_embedding_cache_deleted_total";
-/// Computed values not written to the fleet tiers; label `reason` (`oversized`,
-/// `unencodable`).
-pub const FLEET_NOT_STORED: &str = "mmcache_embedding_fleet_not_stored_total";
-/// Lease attempts on a shared miss; label `outcome` (`won`, `held`, `unavailable`).
-pub const LEASES: &str = "mmcache_embedding_lease_total";
-/// How the waits for another process's compute ended; label `outcome` (`hit`: its value
-/// came, the fleet's coalesced join; `took_over`: its lease expired and this process
-/// computes; `timed_out`; `unavailable`).
-pub const LEASE_WAITS: &str = "mmcache_embedding_lease_waits_total";
-
-/// Registers descriptions of the fleet-tier metrics.
-pub fn describe_fleet() {
-    use ::metrics::{Unit, describe_counter};
-    describe_counter!(
-        READ_BYTES,
-        Unit::Bytes,
-        "Embedding bytes read from a fleet tier"
-    );
-    describe_counter!(
-        WRITTEN_BYTES,
-        Unit::Bytes,
-        "Embedding bytes written to a fleet tier"
-    );
-    describe_counter!(WRITES, "Embedding values written to a fleet tier");
-    describe_counter!(DELETED, "Bad embedding values deleted from a fleet tier");
-    describe_counter!(
-        FLEET_NOT_STORED,
-        "Embeddings not written to the fleet tiers"
-    );
-    describe_counter!(LEASES, "Embedding lease attempts, by outcome");
-    describe_counter!(LEASE_WAITS, "Waits for another process's embedding compute");
+/// The fleet tiers' handles, resolved when the loader is built.
+#[derive(Debug)]
+pub(crate) struct FleetMetrics {
+    hits: PerLabel<Counter>,
+    misses: PerLabel<Counter>,
+    read_bytes: PerLabel<Counter>,
+    written_bytes: PerLabel<Counter>,
+    writes_ok: PerLabel<Counter>,
+    writes_error: PerLabel<Counter>,
+    /// By tier, then by reason.
+    deleted: PerLabel<PerLabel<Counter>>,
+    not_stored: PerLabel<Counter>,
+    leases: PerLabel<Counter>,
+    lease_waits: PerLabel<Counter>,
 }
-
-/// Fleet-tier counters (labels are fixed sets: resolved per call, cheaply).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FleetMetrics;
 
 impl FleetMetrics {
     pub(crate) fn new() -> Self {
-        Self
+        use crate::metrics::Outcome;
+        let per_tier = |name: &'static str| {
+            PerLabel::new(
+                FleetTier::ALL,
+                move |t: FleetTier| ::metrics::counter!(name, "tier" => t.as_str()),
+            )
+        };
+        let writes = |o: Outcome| {
+            PerLabel::new(
+                FleetTier::ALL,
+                move |t: FleetTier| ::metrics::counter!(WRITES.name, "tier" => t.as_str(), "outcome" => o.as_str()),
+            )
+        };
+        Self {
+            hits: per_tier(HITS.name),
+            misses: per_tier(MISSES.name),
+            read_bytes: per_tier(READ_BYTES.name),
+            written_bytes: per_tier(WRITTEN_BYTES.name),
+            writes_ok: writes(Outcome::Ok),
+            writes_error: writes(Outcome::Error),
+            deleted: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
+                PerLabel::new(
+                    DeleteReason::ALL,
+                    move |r: DeleteReason| ::metrics::counter!(DELETED.name, "tier" => t.as_str(), "reason" => r.as_str()),
+                )
+            }),
+            not_stored: PerLabel::new(
+                NotStoredReason::ALL,
+                |r: NotStoredReason| ::metrics::counter!(FLEET_NOT_STORED.name, "reason" => r.as_str()),
+            ),
+            leases: PerLabel::new(
+                LeaseOutcome::ALL,
+                |o: LeaseOutcome| ::metrics::counter!(LEASES.name, "outcome" => o.as_str()),
+            ),
+            lease_waits: PerLabel::new(
+                LeaseWait::ALL,
+                |o: LeaseWait| ::metrics::counter!(LEASE_WAITS.name, "outcome" => o.as_str()),
+            ),
+        }
     }
-    pub(crate) fn hit(&self, tier: &'static str, bytes: usize) {
-        ::metrics::counter!(HITS, "tier" => tier).increment(1);
-        ::metrics::counter!(READ_BYTES, "tier" => tier).increment(bytes as u64);
+    pub(crate) fn hit(&self, tier: FleetTier, bytes: usize) {
+        self.hits.get(tier as usize).increment(1);
+        self.read_bytes.get(tier as usize).increment(bytes as u64);
     }
-    pub(crate) fn miss(&self, tier: &'static str) {
-        ::metrics::counter!(MISSES, "tier" => tier).increment(1);
+    pub(crate) fn miss(&self, tier: FleetTier) {
+        self.misses.get(tier as usize).increment(1);
     }
-    pub(crate) fn written(&self, tier: &'static str, bytes: usize) {
-        ::metrics::counter!(WRITES, "tier" => tier, "outcome" => "ok").increment(1);
-        ::metrics::counter!(WRITTEN_BYTES, "tier" => tier).increment(bytes as u64);
+    pub(crate) fn written(&self, tier: FleetTier, bytes: usize) {
+        self.writes_ok.get(tier as usize).increment(1);
+        self.written_bytes
+            .get(tier as usize)
+            .increment(bytes as u64);
     }
-    pub(crate) fn write_failed(&self, tier: &'static str) {
-        ::metrics::counter!(WRITES, "tier" => tier, "outcome" => "error").increment(1);
+    pub(crate) fn write_failed(&self, tier: FleetTier) {
+        self.writes_error.get(tier as usize).increment(1);
     }
-    pub(crate) fn deleted(&self, tier: &'static str, reason: &'static str) {
-        ::metrics::counter!(DELETED, "tier" => tier, "reason" => reason).increment(1);
+    pub(crate) fn deleted(&self, tier: FleetTier, reason: WireErrorKind) {
+        let reason = DeleteReason::of(reason);
+        self.deleted
+            .get(tier as usize)
+            .get(reason as usize)
+            .increment(1);
     }
-    pub(crate) fn not_stored(&self, reason: &'static str) {
-        ::metrics::counter!(FLEET_NOT_STORED, "reason" => reason).increment(1);
+    pub(crate) fn not_stored(&self, reason: WireErrorKind) {
+        let reason = NotStoredReason::of(reason);
+        self.not_stored.get(reason as usize).increment(1);
     }
-    pub(crate) fn lease(&self, outcome: &'static str) {
-        ::metrics::counter!(LEASES, "outcome" => outcome).increment(1);
+    pub(crate) fn lease(&self, outcome: LeaseOutcome) {
+        self.leases.get(outcome as usize).increment(1);
     }
-    pub(crate) fn lease_wait(&self, outcome: &'static str) {
-        ::metrics::counter!(LEASE_WAITS, "outcome" => outcome).increment(1);
+    pub(crate) fn lease_wait(&self, outcome: LeaseWait) {
+        self.lease_waits.get(outcome as usize).increment(1);
     }
 }

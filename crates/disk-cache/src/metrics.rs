@@ -1,0 +1,203 @@
+//! The disk tier's metrics, declared once; docs/metrics.md is generated from them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mmcache_scope::metric::{Kind, Metric, Unit};
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Reads by `outcome`.
+pub const READS: Metric = Metric::new(
+    "mmcache_disk_cache_reads_total",
+    Kind::Counter,
+    "Disk tier reads by outcome",
+)
+.labels(&[ReadOutcome::LABEL])
+.note("`no_memory`: an entry not read, no room in the download budget within its wait");
+/// Bytes read from hits.
+pub const READ_BYTES: Metric = Metric::new(
+    "mmcache_disk_cache_read_bytes_total",
+    Kind::Counter,
+    "Bytes read from disk-tier hits",
+)
+.unit(Unit::Bytes)
+.note("loads served from the tier count as `mmcache_loads_total{source=\"disk\"}`");
+/// Writes by `outcome`.
+pub const WRITES: Metric = Metric::new(
+    "mmcache_disk_cache_writes_total",
+    Kind::Counter,
+    "Disk tier writes by outcome",
+)
+.labels(&[WriteOutcome::LABEL])
+.note("`skipped`: empty or over the download cap");
+/// Bytes written.
+pub const WRITTEN_BYTES: Metric = Metric::new(
+    "mmcache_disk_cache_written_bytes_total",
+    Kind::Counter,
+    "Bytes written to the disk tier",
+)
+.unit(Unit::Bytes);
+/// Entries removed by `reason`.
+pub const EVICTIONS: Metric = Metric::new(
+    "mmcache_disk_cache_evictions_total",
+    Kind::Counter,
+    "Disk tier entries removed, by reason",
+)
+.labels(&[EvictReason::LABEL])
+.note("`corrupt`: did not decode; `partial`: left by a writer that died");
+/// Names and operations skipped, by `reason`.
+pub const SKIPPED: Metric = Metric::new(
+    "mmcache_disk_cache_skipped_total",
+    Kind::Counter,
+    "Disk tier names and operations skipped, by reason (not ours, or a bound)",
+)
+.labels(&[SkipReason::LABEL])
+.note(
+    "`not_regular`: FIFO, socket, device, or a folder where a file should be; `foreign`: \
+     owned by another user outside the group; `busy`: no slot for a blocking disk operation \
+     within 100 ms; `stalled`: no slot in time, every one held by an operation past its \
+     deadline (counts toward the breaker); `timeout`: past `MMCACHE_DISK_CACHE_TIMEOUT_MS`",
+);
+/// Times the breaker opened (the disk kept timing out or failing).
+pub const BREAKER_OPENS: Metric = Metric::new(
+    "mmcache_disk_cache_breaker_opens_total",
+    Kind::Counter,
+    "Times the disk tier was skipped for a cool-down after failures in a row",
+)
+.note("skipped for 5 s after 5 timeouts, `EIO`s or `stalled` in a row; `busy` does not count");
+
+/// Every metric above.
+pub const ALL: &[Metric] = &[
+    READS,
+    READ_BYTES,
+    WRITES,
+    WRITTEN_BYTES,
+    EVICTIONS,
+    SKIPPED,
+    BREAKER_OPENS,
+];
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`READS`].
+    pub enum ReadOutcome: "outcome" {
+        Hit = "hit",
+        Miss = "miss",
+        Expired = "expired",
+        Error = "error",
+        NoMemory = "no_memory",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `outcome` label of [`WRITES`].
+    pub enum WriteOutcome: "outcome" { Success = "success", Error = "error", Skipped = "skipped" }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`EVICTIONS`].
+    pub enum EvictReason: "reason" {
+        Budget = "budget",
+        Expired = "expired",
+        Corrupt = "corrupt",
+        Partial = "partial",
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`SKIPPED`].
+    pub enum SkipReason: "reason" {
+        Link = "link",
+        NotRegular = "not_regular",
+        Foreign = "foreign",
+        UntrustedDir = "untrusted_dir",
+        Busy = "busy",
+        Stalled = "stalled",
+        Timeout = "timeout",
+        BreakerOpen = "breaker_open",
+        Panicked = "panicked",
+    }
+}
+
+/// One cache's handles, one per label combination, resolved when the cache is built, and the
+/// instance's [`DiskCacheStats`](crate::DiskCacheStats) counters: each event is one call here,
+/// which counts it in both (the facade's view is process-wide, the stats are this instance's).
+#[derive(Debug)]
+pub(crate) struct Handles {
+    pub(crate) stats: crate::config::Counters,
+    reads: Vec<::metrics::Counter>,
+    pub(crate) read_bytes: ::metrics::Counter,
+    writes: Vec<::metrics::Counter>,
+    pub(crate) written_bytes: ::metrics::Counter,
+    evictions: Vec<::metrics::Counter>,
+    skipped: Vec<::metrics::Counter>,
+    pub(crate) breaker_opens: ::metrics::Counter,
+}
+
+impl Handles {
+    pub(crate) fn new() -> Self {
+        fn each<E: Copy>(
+            all: &[E],
+            make: impl Fn(E) -> ::metrics::Counter,
+        ) -> Vec<::metrics::Counter> {
+            all.iter().map(|e| make(*e)).collect()
+        }
+        Self {
+            stats: crate::config::Counters::default(),
+            reads: each(
+                ReadOutcome::ALL,
+                |o| ::metrics::counter!(READS.name, "outcome" => o.as_str()),
+            ),
+            read_bytes: ::metrics::counter!(READ_BYTES.name),
+            writes: each(
+                WriteOutcome::ALL,
+                |o| ::metrics::counter!(WRITES.name, "outcome" => o.as_str()),
+            ),
+            written_bytes: ::metrics::counter!(WRITTEN_BYTES.name),
+            evictions: each(
+                EvictReason::ALL,
+                |r| ::metrics::counter!(EVICTIONS.name, "reason" => r.as_str()),
+            ),
+            skipped: each(
+                SkipReason::ALL,
+                |r| ::metrics::counter!(SKIPPED.name, "reason" => r.as_str()),
+            ),
+            breaker_opens: ::metrics::counter!(BREAKER_OPENS.name),
+        }
+    }
+
+    /// A read's outcome: a hit, or a miss (an error is also a miss in the stats).
+    pub(crate) fn read(&self, outcome: ReadOutcome) {
+        let s = &self.stats;
+        match outcome {
+            ReadOutcome::Hit => bump(&s.hits),
+            ReadOutcome::Miss | ReadOutcome::Expired | ReadOutcome::NoMemory => bump(&s.misses),
+            ReadOutcome::Error => {
+                bump(&s.errors);
+                bump(&s.misses);
+            }
+        }
+        self.reads[outcome as usize].increment(1);
+    }
+
+    /// A write's outcome. A skipped one is neither a write nor an error in the stats (a bound
+    /// or a name that stopped it counts as `skipped` there).
+    pub(crate) fn write(&self, outcome: WriteOutcome) {
+        match outcome {
+            WriteOutcome::Success => bump(&self.stats.writes),
+            WriteOutcome::Error => bump(&self.stats.errors),
+            WriteOutcome::Skipped => {}
+        }
+        self.writes[outcome as usize].increment(1);
+    }
+
+    pub(crate) fn evicted(&self, reason: EvictReason) {
+        bump(&self.stats.evictions);
+        self.evictions[reason as usize].increment(1);
+    }
+
+    pub(crate) fn skipped(&self, reason: SkipReason) {
+        self.skipped[reason as usize].increment(1);
+    }
+}
