@@ -447,7 +447,7 @@ impl Inner {
 
 /// The key of `identity` in the in-flight and fill-lock maps.
 fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
-    *blake3::hash(identity.as_str().as_bytes()).as_bytes()
+    identity.digest()
 }
 
 /// Removes an identity from the in-flight map when dropped.

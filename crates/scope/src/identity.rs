@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{Scope, dynamo_url_key, sha256_hex};
 
@@ -61,11 +62,30 @@ impl CacheIdentity {
         self.scoped.then(|| &self.key[..64])
     }
 
-    /// Lowercase hex SHA-256 of the identity: the hash tag of the shared-cache key.
+    /// Lowercase hex SHA-256 of the identity: the hash tag of the shared-cache keys and the
+    /// name of the disk tier's entry and lock.
     pub fn sha256_hex(&self) -> String {
+        DIGESTS_COMPUTED.fetch_add(1, Ordering::Relaxed);
         sha256_hex(self.key.as_bytes())
     }
+
+    /// The blake3 digest of the identity: the key of the in-process maps (decoded cache,
+    /// loads in flight, disk fill locks).
+    pub fn digest(&self) -> [u8; 32] {
+        DIGESTS_COMPUTED.fetch_add(1, Ordering::Relaxed);
+        *blake3::hash(self.key.as_bytes()).as_bytes()
+    }
+
+    /// How many identity digests (SHA-256 or blake3) this process has computed: what tests
+    /// count to hold a load to hashing its identity once per digest.
+    #[doc(hidden)]
+    pub fn digests_computed() -> u64 {
+        DIGESTS_COMPUTED.load(Ordering::Relaxed)
+    }
 }
+
+/// Identity digests computed so far (see [`CacheIdentity::digests_computed`]).
+static DIGESTS_COMPUTED: AtomicU64 = AtomicU64::new(0);
 
 impl fmt::Debug for CacheIdentity {
     // Identities hold URLs that may carry signed query strings: do not print them.
