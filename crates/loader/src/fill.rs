@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mmcache_decode::DecodedImage;
 use mmcache_disk_cache::{DiskCache, Fill};
+use mmcache_origin::Admitted;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
@@ -17,8 +18,9 @@ impl Inner {
     pub(crate) async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
         // Policy first, DNS included: the shared cache must not serve what this worker may not
         // fetch (a worker with internal access may have cached it). Resolutions are cached
-        // briefly by the origin client, which then connects to the same addresses.
-        self.origin.check_resolved(url).await?;
+        // briefly by the origin client, which then connects to the same addresses. The URL it
+        // admits is the one every tier below fetches: parsed and checked once.
+        let url = &self.origin.check_resolved(url).await?;
         // The host's disk tier, with a cross-process single-flight: one process of the host
         // fills a missing entry; the others watch for the entry (at most as long as a fill may
         // take) and read it. The lock is held until the entry is written: the write, which
@@ -106,7 +108,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Outcome {
         let fetched = self.fetch_and_decode_bytes(url).await?;
         self.stored(shared, identity, fetched).await
@@ -221,7 +223,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Raced {
         if !self.hedge.enabled() {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
@@ -329,7 +331,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Outcome {
         let lease = self.config.shared.lease;
         let deadline = Instant::now() + lease.wait;
@@ -380,7 +382,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
         token: u64,
     ) -> Outcome {
         let (result, wrote) = async {
@@ -421,13 +423,14 @@ impl Inner {
     }
 
     pub(crate) async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
-        let fetched = self.fetch_and_decode_bytes(url).await?;
+        let url = self.origin.check_resolved(url).await?;
+        let fetched = self.fetch_and_decode_bytes(&url).await?;
         Ok((fetched.image, fetched.bytes.len()))
     }
 
-    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<FromOrigin> {
+    async fn fetch_and_decode_bytes(&self, url: &Admitted) -> Result<FromOrigin> {
         let started = Instant::now();
-        let fetched = self.origin.fetch(url).await;
+        let fetched = self.origin.fetch_admitted(url).await;
         let outcome = if fetched.is_ok() { "ok" } else { "error" };
         self.metrics
             .origin_duration
