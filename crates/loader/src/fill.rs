@@ -55,7 +55,7 @@ impl Inner {
             if fetched.shareable {
                 self.write_disk(identity, fetched.bytes);
             }
-            return Ok((fetched.image, Source::Origin, Some(len)));
+            return Ok(Loaded::decoded(fetched.image, Source::Origin, len));
         };
         let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
             Raced::Cache(cached, outcome) => (cached, outcome),
@@ -86,12 +86,12 @@ impl Inner {
         shared: &SharedCache,
         identity: &CacheIdentity,
         bytes: Bytes,
-    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+    ) -> Result<Option<Loaded>> {
         let len = bytes.len();
         match self.decode(bytes.clone()).await {
             Ok(image) => {
                 self.write_disk(identity, bytes); // a shared hit fills the host's tier too
-                Ok(Some((image, Source::Shared, Some(len))))
+                Ok(Some(Loaded::decoded(image, Source::Shared, len)))
             }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 self.metrics.corrupt().increment(1);
@@ -141,7 +141,7 @@ impl Inner {
         let len = bytes.len();
         if !shareable {
             return (
-                Ok((image, Source::Origin, Some(len))),
+                Ok(Loaded::decoded(image, Source::Origin, len)),
                 WriteOutcome::Skipped,
             );
         }
@@ -161,7 +161,7 @@ impl Inner {
         } else {
             shared.store(identity, bytes).await
         };
-        (Ok((image, Source::Origin, Some(len))), wrote)
+        (Ok(Loaded::decoded(image, Source::Origin, len)), wrote)
     }
 
     /// How long a fill of another process of the host may take: its lease wait, download and
@@ -182,13 +182,13 @@ impl Inner {
         &self,
         disk: &DiskCache,
         identity: &CacheIdentity,
-    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+    ) -> Result<Option<Loaded>> {
         let Some(bytes) = disk.get(identity).await else {
             return Ok(None);
         };
         let len = bytes.len();
         match self.decode(bytes).await {
-            Ok(image) => Ok(Some((image, Source::Disk, Some(len)))),
+            Ok(image) => Ok(Some(Loaded::decoded(image, Source::Disk, len))),
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 tracing::debug!(error = %e, "disk cache entry did not decode; removing it");
                 disk.remove(identity).await;
@@ -422,10 +422,12 @@ impl Inner {
         result
     }
 
-    pub(crate) async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
+    /// The origin and the decode alone (a load that bypasses every cache layer).
+    pub(crate) async fn fetch_and_decode(&self, url: &str) -> Outcome {
         let url = self.origin.check_resolved(url).await?;
         let fetched = self.fetch_and_decode_bytes(&url).await?;
-        Ok((fetched.image, fetched.bytes.len()))
+        let len = fetched.bytes.len();
+        Ok(Loaded::decoded(fetched.image, Source::Origin, len))
     }
 
     async fn fetch_and_decode_bytes(&self, url: &Admitted) -> Result<FromOrigin> {
@@ -557,7 +559,7 @@ enum Raced {
     /// The GET answered first (or no hedge ran): its value and outcome.
     Cache(Option<Bytes>, GetOutcome),
     /// A late hit decoded before the origin answered.
-    Hit((Arc<DecodedImage>, Source, Option<usize>)),
+    Hit(Loaded),
     /// The origin answered first: its decoded image and bytes, or its error.
     Origin(Result<FromOrigin>),
 }
@@ -578,17 +580,14 @@ impl Inner {
             .record(started.elapsed().as_secs_f64());
     }
 
-    pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Result<Loaded> {
+    /// Counts a load's outcome under `source` (a failure's: the tier it was headed for).
+    pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Outcome {
         let loads = if outcome.is_ok() {
             &self.metrics.loads_ok
         } else {
             &self.metrics.loads_error
         };
         loads.get(source.as_str()).increment(1);
-        outcome.map(|(image, source, encoded_len)| Loaded {
-            image,
-            source,
-            encoded_len,
-        })
+        outcome
     }
 }

@@ -160,7 +160,18 @@ pub struct Loaded {
     pub encoded_len: Option<usize>,
 }
 
-type Outcome = Result<(Arc<DecodedImage>, Source, Option<usize>)>;
+impl Loaded {
+    /// An image decoded from the `encoded_len` bytes a tier (or a `data:` URL) gave.
+    pub(crate) fn decoded(image: Arc<DecodedImage>, source: Source, encoded_len: usize) -> Self {
+        Self {
+            image,
+            source,
+            encoded_len: Some(encoded_len),
+        }
+    }
+}
+
+type Outcome = Result<Loaded>;
 type InflightSlot = watch::Receiver<Option<Outcome>>;
 
 struct Inner {
@@ -298,10 +309,7 @@ impl Loader {
                 .within_deadline(self.inner.fetch_and_decode(url))
                 .await;
             self.inner.observe(Source::Origin, started);
-            return self.inner.record(
-                Source::Origin,
-                result.map(|(image, len)| (image, Source::Origin, Some(len))),
-            );
+            return self.inner.record(Source::Origin, result);
         };
         if let Some(image) = self.inner.decoded.get(&identity) {
             self.inner.memory_hits.increment(1);
@@ -313,19 +321,25 @@ impl Loader {
         }
         let started = Instant::now();
         let (outcome, joined) = self.join_or_start(identity, url).await;
-        let source = if joined {
-            Source::Inflight
-        } else {
-            outcome.as_ref().map_or(Source::Origin, |o| o.1)
-        };
-        self.inner.observe(source, started);
-        let outcome = outcome.map(|(image, src, len)| {
+        // A joined load's image came from another caller's load: none of its bytes were read
+        // here.
+        let outcome = outcome.map(|loaded| {
             if joined {
-                (image, Source::Inflight, None)
+                Loaded {
+                    source: Source::Inflight,
+                    encoded_len: None,
+                    ..loaded
+                }
             } else {
-                (image, src, len)
+                loaded
             }
         });
+        let source = match &outcome {
+            Ok(loaded) => loaded.source,
+            Err(_) if joined => Source::Inflight,
+            Err(_) => Source::Origin,
+        };
+        self.inner.observe(source, started);
         self.inner.record(source, outcome)
     }
 
@@ -379,11 +393,11 @@ impl Loader {
             .collect()
     }
 
-    async fn load_data_url(&self, url: &str) -> Result<(Arc<DecodedImage>, Source, Option<usize>)> {
+    async fn load_data_url(&self, url: &str) -> Outcome {
         let bytes = data_url::decode_payload(url, self.inner.config.max_file_size_bytes)?;
         let len = bytes.len();
         let image = self.inner.decode(Bytes::from(bytes)).await?;
-        Ok((image, Source::Data, Some(len)))
+        Ok(Loaded::decoded(image, Source::Data, len))
     }
 
     /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
@@ -402,10 +416,10 @@ impl Loader {
                     let leave = LeaveInflight { inner: &inner, key };
                     let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
                     let mut outcome = inner.within_deadline(fill).await;
-                    if let Ok((image, _, _)) = &mut outcome {
+                    if let Ok(loaded) = &mut outcome {
                         // The cache may already hold this content (a concurrent load of
                         // another URL): every waiter gets the one copy it keeps.
-                        *image = inner.decoded.insert(&identity, image.clone());
+                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);
