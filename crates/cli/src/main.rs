@@ -156,19 +156,8 @@ fn main() -> ExitCode {
 
 /// Log lines on stderr at `MMCACHE_LOG` (default `warn`); an unknown level is an error.
 fn init_logs() -> anyhow::Result<()> {
-    use tracing_subscriber::filter::LevelFilter;
-    let raw = std::env::var("MMCACHE_LOG").unwrap_or_default();
-    let level = match raw.trim() {
-        "" | "warn" => LevelFilter::WARN,
-        "off" => LevelFilter::OFF,
-        "error" => LevelFilter::ERROR,
-        "info" => LevelFilter::INFO,
-        "debug" => LevelFilter::DEBUG,
-        "trace" => LevelFilter::TRACE,
-        other => {
-            anyhow::bail!("MMCACHE_LOG={other:?}: expected off, error, warn, info, debug or trace")
-        }
-    };
+    let raw = std::env::var(mmcache_loader::env::LOG).unwrap_or_default();
+    let level = mmcache_loader::env::log_level(&raw)?;
     tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)

@@ -2,6 +2,7 @@
 //! an optional exact entry cap, counters and process-wide gauges (see the crate's "Memory
 //! accounting").
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use mmcache_scope::CacheIdentity;
@@ -150,7 +151,12 @@ pub(crate) struct WeightedCache<V> {
     entries: AtomicI64,
     bytes: AtomicI64,
     gauges: Gauges,
+    /// Serialise [`WeightedCache::insert_if_absent`] per key (a stripe by the key's first byte).
+    insert_locks: [Mutex<()>; INSERT_LOCKS],
 }
+
+/// Stripes of insert-if-absent locks: inserts of different keys rarely wait for each other.
+const INSERT_LOCKS: usize = 64;
 
 impl<V: Clone> WeightedCache<V> {
     pub(crate) fn new(
@@ -199,6 +205,7 @@ impl<V: Clone> WeightedCache<V> {
             entries: AtomicI64::new(0),
             bytes: AtomicI64::new(0),
             gauges,
+            insert_locks: std::array::from_fn(|_| Mutex::new(())),
         }
     }
 
@@ -230,6 +237,22 @@ impl<V: Clone> WeightedCache<V> {
             bytes: signed(weight) - evicted.weight,
         });
         u64::try_from(evicted.entries).unwrap_or(0)
+    }
+
+    /// Inserts `value` under `key` unless a value is there already, evicting entries as
+    /// needed, and returns the value held under `key` (the one there, or `value`). Atomic per
+    /// key: racing inserts of one key take turns, so they all get one copy. `None` when
+    /// `value` was refused as too heavy.
+    pub(crate) fn insert_if_absent(&self, key: Key, value: V, payload: u64) -> Option<V> {
+        // A stripe of locks rather than quick_cache's placeholder guard: its insert evicts
+        // after linking, and could evict the value it just admitted, where `insert` does not.
+        let stripe = &self.insert_locks[usize::from(key[0]) % INSERT_LOCKS];
+        let _turn = stripe.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(held) = self.get(&key) {
+            return Some(held);
+        }
+        self.insert(key, value.clone(), payload);
+        self.contains(&key).then_some(value)
     }
 
     pub(crate) fn contains(&self, key: &Key) -> bool {

@@ -125,17 +125,11 @@ impl DecodedCache {
         if let Some(old) = aliases.get(&id).filter(|old| *old != slot) {
             self.inner.remove(&old); // what `identity` named before goes, as without sharing
         }
-        let held = match self.inner.get(&slot) {
-            Some(shared) => shared,
-            None => {
-                let weight = image.byte_len() as u64;
-                self.inner.insert(slot, image.clone(), weight);
-                if !self.inner.contains(&slot) {
-                    aliases.remove(&id); // too heavy: not stored
-                    return image;
-                }
-                image
-            }
+        // Insert-if-absent: of racing inserts of one content, all get the first copy.
+        let weight = image.byte_len() as u64;
+        let Some(held) = self.inner.insert_if_absent(slot, image.clone(), weight) else {
+            aliases.remove(&id); // too heavy: not stored
+            return image;
         };
         aliases.insert(id, slot);
         held

@@ -352,3 +352,36 @@ fn many_tiny_entries_keep_the_budget() {
         assert_consistent(&cache.inner, budget);
     }
 }
+
+#[test]
+fn racing_inserts_of_one_key_leave_one_resident_copy() {
+    // Threads decode the same bytes at once and insert their own copies under one identity:
+    // every caller must get the one copy the cache keeps (a second live copy would be memory
+    // the budget does not see). Bounded: 300 rounds of 4 threads.
+    let threads = 4;
+    let base = img(8, 8);
+    for round in 0..300 {
+        let cache = DecodedCache::new(1 << 20, None);
+        let start = std::sync::Barrier::new(threads);
+        let held: Vec<Arc<DecodedImage>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let (cache, start, copy) = (&cache, &start, Arc::new((*base).clone()));
+                    s.spawn(move || {
+                        start.wait();
+                        cache.insert(&id(0), copy)
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let resident = cache.get(&id(0)).expect("the image is cached");
+        for h in &held {
+            assert!(
+                Arc::ptr_eq(h, &resident),
+                "round {round}: an insert returned a copy other than the resident one"
+            );
+        }
+        assert_eq!(cache.stats().entries, 1);
+    }
+}

@@ -206,6 +206,16 @@ pub(crate) fn open_dir_at(
     owners: &Owners,
     create: bool,
 ) -> FsResult<OwnedFd> {
+    open_dir_at_stat(parent, name, owners, create).map(|(fd, _)| fd)
+}
+
+/// [`open_dir_at`], also returning the folder's `fstat`.
+pub(crate) fn open_dir_at_stat(
+    parent: impl AsFd,
+    name: &str,
+    owners: &Owners,
+    create: bool,
+) -> FsResult<(OwnedFd, Stat)> {
     let name = self::name(name)?;
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = match fs::openat(&parent, &name, flags, Mode::empty()) {
@@ -227,7 +237,32 @@ pub(crate) fn open_dir_at(
     if world_writable(&st) {
         return Err(FsError::Skipped(Skip::UntrustedDir));
     }
-    Ok(fd)
+    Ok((fd, st))
+}
+
+/// Reads `file`, whose `fstat` gave `len` bytes, up to `cap` bytes plus one (whatever it grew
+/// to since the stat): a buffer of `len + 1` bytes at once, so a file that did not change costs
+/// one read and the read that finds its end.
+pub(crate) fn read_capped(file: &mut File, len: u64, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let want = usize::try_from(len.min(cap).saturating_add(1)).unwrap_or(usize::MAX);
+    let mut buf = vec![0u8; want];
+    let mut filled = 0;
+    while filled < want {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    if filled == want {
+        // Longer than its stat said: the rest, up to the cap plus one byte.
+        let rest = cap.saturating_add(1).saturating_sub(filled as u64);
+        file.by_ref().take(rest).read_to_end(&mut buf)?;
+    }
+    Ok(buf)
 }
 
 /// Opens the regular file `name` in `dir` for reading: never a link, never blocking (a FIFO),

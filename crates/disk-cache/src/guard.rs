@@ -8,12 +8,13 @@
 //!   get one within [`PERMIT_WAIT`] is skipped;
 //! - a breaker: [`BREAKER_FAILURES`] timeouts or `EIO`s in a row skip the disk for
 //!   [`BREAKER_COOLDOWN`]; after it, operations run again and one more failure opens it again
-//!   at once, one success closes it. No permit in time (busy) does not count: it is this
-//!   process's own load on the permits, not a disk failure, and a burst of loads must not turn
-//!   off a healthy disk.
+//!   at once, one success closes it. No permit in time counts only when every permit is held
+//!   by an operation already past its deadline (`stalled`): the disk has not answered any of
+//!   them. Otherwise it is `busy`, this process's own load on a disk that answers, and does
+//!   not count: a burst of loads must not turn off a healthy disk.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
@@ -34,8 +35,10 @@ pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(5);
 pub(crate) enum Bounded {
     /// The breaker is open.
     Breaker,
-    /// No permit within [`PERMIT_WAIT`].
+    /// No permit within [`PERMIT_WAIT`], some held by operations within their deadline.
     Busy,
+    /// No permit within [`PERMIT_WAIT`], every one held by an operation past its deadline.
+    Stalled,
     /// Past the deadline (the operation goes on in the background).
     Timeout,
     /// The blocking closure panicked.
@@ -47,6 +50,7 @@ impl Bounded {
         match self {
             Bounded::Breaker => "breaker_open",
             Bounded::Busy => "busy",
+            Bounded::Stalled => "stalled",
             Bounded::Timeout => "timeout",
             Bounded::Panicked => "panicked",
         }
@@ -63,6 +67,28 @@ pub(crate) struct Guard {
     open_until: AtomicU64,
     epoch: Instant,
     pending: Arc<Pending>,
+    /// The permits, and how many of them are held by operations past their deadline.
+    max_ops: usize,
+    overdue: Arc<AtomicUsize>,
+}
+
+/// An operation's progress, shared by its caller and its blocking closure.
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const OVERDUE: u8 = 2;
+
+/// Dropped when an operation's blocking part returns: an overdue one stops counting as such.
+struct Finished {
+    state: Arc<AtomicU8>,
+    overdue: Arc<AtomicUsize>,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if self.state.swap(DONE, Ordering::AcqRel) == OVERDUE {
+            self.overdue.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// Writes whose blocking part has not returned yet.
@@ -86,8 +112,11 @@ impl Drop for PendingWrite {
 
 impl Guard {
     pub(crate) fn new(timeout: Duration, max_blocking_ops: usize) -> Self {
+        let max_ops = max_blocking_ops.max(1);
         Self {
-            permits: Arc::new(Semaphore::new(max_blocking_ops.max(1))),
+            permits: Arc::new(Semaphore::new(max_ops)),
+            max_ops,
+            overdue: Arc::default(),
             timeout,
             failures: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
@@ -166,8 +195,9 @@ impl Guard {
     }
 
     /// Runs `op` on the blocking pool within the bounds above. `Err` says why it did not
-    /// complete in time; `Ok` is the operation's own result. An `EIO`, a deadline or a panic
-    /// counts toward the breaker (busy does not); anything else that completes closes it.
+    /// complete in time; `Ok` is the operation's own result. An `EIO`, a deadline, a panic or
+    /// no permit behind operations all past their deadline counts toward the breaker (busy
+    /// does not); anything else that completes closes it.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
         op: impl FnOnce() -> FsResult<T> + Send + 'static,
@@ -176,7 +206,7 @@ impl Guard {
         let bounded = |b: Bounded| {
             ::metrics::counter!(metrics::SKIPPED, "reason" => b.label()).increment(1);
             // Only what the disk did counts: a deadline passed or the operation died.
-            if matches!(b, Bounded::Timeout | Bounded::Panicked) {
+            if matches!(b, Bounded::Timeout | Bounded::Panicked | Bounded::Stalled) {
                 self.failed();
             }
             Err(b)
@@ -187,10 +217,20 @@ impl Guard {
         let wait = PERMIT_WAIT.min(self.timeout);
         let permit = match tokio::time::timeout(wait, self.permits.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
+            // Every permit held by an operation the disk has not answered within its deadline.
+            _ if self.overdue.load(Ordering::Acquire) >= self.max_ops => {
+                return bounded(Bounded::Stalled);
+            }
             _ => return bounded(Bounded::Busy),
+        };
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let finished = Finished {
+            state: state.clone(),
+            overdue: self.overdue.clone(),
         };
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit; // until the syscalls really returned
+            let _finished = finished; // dropped first: no longer overdue, then the permit
             op()
         });
         match tokio::time::timeout_at(deadline, task).await {
@@ -206,7 +246,17 @@ impl Guard {
                 Ok(result)
             }
             Ok(Err(_)) => bounded(Bounded::Panicked),
-            Err(_) => bounded(Bounded::Timeout),
+            Err(_) => {
+                // Counted before it is marked, so the closure never takes away an uncounted one.
+                self.overdue.fetch_add(1, Ordering::AcqRel);
+                if state
+                    .compare_exchange(RUNNING, OVERDUE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    self.overdue.fetch_sub(1, Ordering::AcqRel); // it returned meanwhile
+                }
+                bounded(Bounded::Timeout)
+            }
         }
     }
 }

@@ -23,7 +23,9 @@
 //!   regular files we (or the configured group) own, entries are 0600 in 0700 folders (0640 /
 //!   2770 with a group), and a directory anyone may write (without the sticky bit) or another
 //!   user owns is refused at start ([`DiskCache::status`]). A modification time more than
-//!   [`CLOCK_SKEW`] ahead counts as expired.
+//!   [`CLOCK_SKEW`] ahead counts as expired. Reads keep the folders' handles open (a hit costs
+//!   the entry's `openat`, `fstat`, reads and `close`), and look again from the path when they
+//!   find nothing through them.
 //! - Every operation is bounded: a deadline, a cap on blocking operations at once, and a
 //!   breaker that skips a disk that keeps timing out (see [`PERMIT_WAIT`], [`BREAKER_FAILURES`]).
 //!
@@ -48,6 +50,7 @@
 //! ```
 
 mod config;
+mod dirs;
 mod fsops;
 mod guard;
 mod lock;
@@ -55,7 +58,7 @@ mod named;
 mod sweep;
 mod trust;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -103,7 +106,8 @@ pub mod metrics {
     pub const EVICTIONS: &str = "mmcache_disk_cache_evictions_total";
     /// Names and operations skipped, by `reason`: `link`, `not_regular`, `foreign` (owned by
     /// another user outside the group), `untrusted_dir`, `busy` (no permit in time),
-    /// `timeout`, `breaker_open`, `panicked`.
+    /// `stalled` (no permit in time, every one held by an operation past its deadline: counts
+    /// toward the breaker), `timeout`, `breaker_open`, `panicked`.
     pub const SKIPPED: &str = "mmcache_disk_cache_skipped_total";
     /// Times the breaker opened (the disk kept timing out or failing).
     pub const BREAKER_OPENS: &str = "mmcache_disk_cache_breaker_opens_total";
@@ -121,6 +125,8 @@ struct Inner {
     config: DiskCacheConfig,
     owners: Owners,
     status: DiskStatus,
+    /// Folder handles kept open for reads.
+    dirs: dirs::Dirs,
     guard: guard::Guard,
     counters: Counters,
     /// Bytes this process wrote since its last sweep.
@@ -182,13 +188,14 @@ impl DiskCache {
     /// warning ([`DiskCache::status`]); every operation then is a miss or a skipped write.
     pub fn new(config: DiskCacheConfig) -> Self {
         let owners = Owners::new(config.group);
-        let status = trust::check_at_start(&config.dir, owners, config.timeout);
+        let (status, v1) = trust::check_at_start(&config.dir, owners, config.timeout);
         let guard = guard::Guard::new(config.timeout, config.max_blocking_ops);
         Self {
             inner: Arc::new(Inner {
                 config,
                 owners,
                 status,
+                dirs: dirs::Dirs::new(v1),
                 guard,
                 counters: Counters::default(),
                 written_since_sweep: AtomicU64::new(0),
@@ -348,32 +355,6 @@ impl DiskCache {
     fn valid(&self, st: &rustix::fs::Stat) -> bool {
         let len = u64::try_from(st.st_size).unwrap_or(0);
         !self.expired(st) && len > 0 && len <= self.inner.config.max_entry_bytes
-    }
-
-    fn read(&self, digest: &str) -> FsResult<Found> {
-        let shard = self.open_dirs(&[&digest[..2]], false)?;
-        let (mut file, st) = fsops::open_file_at(&shard, digest, &self.inner.owners)?;
-        if self.expired(&st) {
-            if fsops::unlink_if_same(&shard, digest, &st) {
-                bump(&self.inner.counters.evictions, 1);
-                ::metrics::counter!(metrics::EVICTIONS, "reason" => "expired").increment(1);
-            }
-            return Ok(Found::Expired);
-        }
-        if !self.valid(&st) {
-            return Ok(Found::Miss); // empty, or over this worker's cap
-        }
-        // Read at most the cap plus one byte, whatever the file grew to since the stat.
-        let cap = self.inner.config.max_entry_bytes;
-        let len = usize::try_from(st.st_size).unwrap_or(0);
-        let mut buf = Vec::with_capacity(len);
-        (&mut file)
-            .take(cap.saturating_add(1))
-            .read_to_end(&mut buf)?;
-        if buf.len() as u64 > cap || buf.is_empty() {
-            return Ok(Found::Miss);
-        }
-        Ok(Found::Hit(Bytes::from(buf)))
     }
 
     /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a

@@ -16,12 +16,7 @@ pub struct EntryName(String);
 impl EntryName {
     /// The name of `digest`.
     pub fn from_digest(digest: &[u8; 32]) -> Self {
-        use std::fmt::Write;
-        let mut hex = String::with_capacity(64);
-        for b in digest {
-            let _ = write!(hex, "{b:02x}");
-        }
-        Self(hex)
+        Self(mmcache_scope::digest_hex(digest))
     }
 
     /// The 64 hex digits.

@@ -2,10 +2,12 @@
 //! `doctor` prints) and again, from the handle, by every operation.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::fs::Stat;
 
+use crate::dirs::{Kept, open_kept};
 use crate::fsops::{self, Owners};
 
 /// Why the disk tier refused its directory (the tier is then off: every read a miss).
@@ -72,8 +74,13 @@ pub(crate) fn judge(path: &Path, st: &Stat, owners: &Owners) -> Result<(), Refus
 
 /// The verdict at start: the directory is made when missing, then judged. A directory that
 /// cannot be made or opened now (read-only, deleted, a slow disk past `within`) is not
-/// refused: every operation tries again and fails open.
-pub(crate) fn check_at_start(dir: &Path, owners: Owners, within: Duration) -> DiskStatus {
+/// refused: every operation tries again and fails open. With the verdict, the handle of `v1`
+/// when it is there and a folder of ours (see `dirs`), for reads to start from.
+pub(crate) fn check_at_start(
+    dir: &Path,
+    owners: Owners,
+    within: Duration,
+) -> (DiskStatus, Option<Arc<Kept>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let path = dir.to_owned();
     // On its own thread, so a hung disk cannot hold up `build()` past the deadline.
@@ -91,21 +98,22 @@ pub(crate) fn check_at_start(dir: &Path, owners: Owners, within: Duration) -> Di
                 )
                 .ok()?;
                 let st = rustix::fs::fstat(&fd).ok()?;
-                judge(&path, &st, &owners).err()
+                Some(judge(&path, &st, &owners).map(|()| open_kept(&fd, "v1", &owners).ok()))
             })();
             let _ = tx.send(verdict);
         });
     if spawned.is_err() {
-        return DiskStatus::Enabled;
+        return (DiskStatus::Enabled, None);
     }
     match rx.recv_timeout(within) {
-        Ok(Some(refusal)) => {
+        Ok(Some(Err(refusal))) => {
             tracing::warn!(
                 reason = %refusal,
                 "disk cache directory refused; the disk tier is off (loads go on to the next tier)"
             );
-            DiskStatus::Refused(refusal)
+            (DiskStatus::Refused(refusal), None)
         }
-        _ => DiskStatus::Enabled,
+        Ok(Some(Ok(v1))) => (DiskStatus::Enabled, v1),
+        _ => (DiskStatus::Enabled, None),
     }
 }

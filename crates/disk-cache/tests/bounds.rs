@@ -16,14 +16,17 @@ use common::{Dir, id};
 struct Stalled {
     released: Arc<AtomicBool>,
     parked: Arc<AtomicUsize>,
+    /// Reads whose stall ended (released or timed out).
+    unparked: Arc<AtomicUsize>,
 }
 
 impl Stalled {
     fn on(cache: &DiskCache) -> Self {
         let released = Arc::new(AtomicBool::new(false));
         let parked = Arc::new(AtomicUsize::new(0));
+        let unparked = Arc::new(AtomicUsize::new(0));
         let stall: Stall = Arc::new({
-            let (released, parked) = (released.clone(), parked.clone());
+            let (released, parked, unparked) = (released.clone(), parked.clone(), unparked.clone());
             move || {
                 parked.fetch_add(1, Ordering::SeqCst);
                 let start = Instant::now();
@@ -31,10 +34,15 @@ impl Stalled {
                 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
+                unparked.fetch_add(1, Ordering::SeqCst);
             }
         });
         cache.inject_read_stall(Some(stall));
-        Self { released, parked }
+        Self {
+            released,
+            parked,
+            unparked,
+        }
     }
 }
 
@@ -195,5 +203,90 @@ async fn busy_permits_do_not_open_the_breaker() {
         cache.get(&id(1)).await.as_deref(),
         Some(&b"there"[..]),
         "busy permits opened the breaker: the disk is skipped though it never failed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_permit_behind_operations_past_their_deadline_counts_as_a_stalled_disk() {
+    let dir = Dir::new("bounds-overdue");
+    DiskCache::new(DiskCacheConfig::new(&dir.0))
+        .put(&id(1), Bytes::from_static(b"there"))
+        .await;
+    // Fewer permits than the failures that open the breaker: the stalled reads alone, each
+    // past its deadline, cannot open it.
+    let mut config = DiskCacheConfig::new(&dir.0);
+    config.max_blocking_ops = 2;
+    config.timeout = Duration::from_millis(250);
+    let cache = DiskCache::new(config);
+    let stall = Stalled::on(&cache);
+    for _ in 0..2 {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.get(&id(1)).await });
+    }
+    let t = Instant::now();
+    while stall.parked.load(Ordering::SeqCst) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "reads never parked");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Past the deadline of both: every permit is held by an operation the disk never answered.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for _ in 0..2 * BREAKER_FAILURES {
+        assert!(cache.get(&id(1)).await.is_none());
+    }
+    // The disk answers again; once the parked reads returned their permits, a closed breaker
+    // would let the next read hit. An open one skips the disk for its cool-down (5 s).
+    stall.released.store(true, Ordering::SeqCst);
+    let t = Instant::now();
+    while stall.unparked.load(Ordering::SeqCst) < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "reads never unparked"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cache.inject_read_stall(None);
+    assert!(
+        cache.get(&id(1)).await.is_none(),
+        "a disk whose every permit was held past its deadline never opened the breaker"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_concurrent_load_on_a_healthy_disk_never_opens_the_breaker() {
+    let dir = Dir::new("bounds-load");
+    // One permit and 4 MiB entries: 96 reads at once queue for far longer than the permit
+    // wait, so many are busy; none is past its deadline (1 s) on a disk that answers.
+    let mut config = DiskCacheConfig::new(&dir.0);
+    config.max_blocking_ops = 1;
+    let cache = DiskCache::new(config);
+    let value = Bytes::from(vec![5u8; 4 << 20]);
+    for n in 0..4 {
+        cache.put(&id(n), value.clone()).await;
+        assert!(cache.path_of(&id(n)).exists(), "seeding entry {n}");
+    }
+    for round in 0..3 {
+        let reads: Vec<_> = (0..96)
+            .map(|n| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.get(&id(n % 4)).await.map(|b| b.len()) })
+            })
+            .collect();
+        for r in reads {
+            let got = tokio::time::timeout(Duration::from_secs(30), r).await;
+            assert!(
+                matches!(got, Ok(Ok(None | Some(0x400000)))),
+                "round {round}: {got:?}"
+            );
+        }
+    }
+    assert!(
+        cache.stats().skipped > 0,
+        "no read was ever busy: the test loads nothing"
+    );
+    assert_eq!(
+        cache.get(&id(0)).await.map(|b| b.len()),
+        Some(4 << 20),
+        "busy reads on a healthy disk opened the breaker"
     );
 }

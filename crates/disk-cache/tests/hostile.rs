@@ -431,3 +431,73 @@ async fn a_planted_v1_link_and_a_fifo_sweep_lock_are_not_used() {
     release_fifo(&fifo);
     assert!(swept.is_ok(), "the sweep hung on a FIFO sweep.lock");
 }
+
+#[tokio::test]
+async fn a_shard_swapped_for_a_link_after_its_handle_is_kept_is_never_followed() {
+    let dir = Dir::new("hostile-shard-swap");
+    let outside = Dir::new("hostile-shard-swap-outside");
+    std::fs::create_dir_all(&outside.0).unwrap();
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    cache.put(&id(1), Bytes::from_static(b"ours")).await;
+    // A hit: the shard folder's handle is kept from now on.
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"ours"[..]));
+    // Another identity in the same shard (bounded search: 1 in 256 share one).
+    let shard_of = |n: usize| cache.path_of(&id(n)).parent().unwrap().to_owned();
+    let twin = (2..100_000)
+        .find(|&n| shard_of(n) == shard_of(1))
+        .expect("an identity in the same shard");
+    // The shard is moved away and a link to a planted folder put in its place, holding
+    // entries for both identities.
+    let shard = shard_of(1);
+    std::fs::rename(&shard, outside.0.join("moved")).unwrap();
+    let planted = outside.0.join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    for n in [1, twin] {
+        let name = cache.path_of(&id(n)).file_name().unwrap().to_owned();
+        std::fs::write(planted.join(name), b"planted").unwrap();
+    }
+    symlink(&planted, &shard).unwrap();
+    // Through the kept handle: our own entry at most, never the planted one.
+    let got = cache.get(&id(1)).await;
+    assert_ne!(
+        got.as_deref(),
+        Some(&b"planted"[..]),
+        "read through a planted link"
+    );
+    // A miss through the kept handle looks again from the path: the link is skipped.
+    let skipped = cache.stats().skipped;
+    assert!(
+        cache.get(&id(twin)).await.is_none(),
+        "read through a planted link"
+    );
+    assert!(cache.stats().skipped > skipped, "the link was not counted");
+    // Writes never go through it, and the handle of the moved folder is forgotten.
+    cache.put(&id(twin), Bytes::from_static(b"new")).await;
+    assert!(
+        cache.get(&id(1)).await.is_none(),
+        "read through a planted link"
+    );
+    assert_eq!(
+        std::fs::read_dir(&planted).unwrap().count(),
+        2,
+        "wrote through a link"
+    );
+    for n in [1, twin] {
+        let name = cache.path_of(&id(n)).file_name().unwrap().to_owned();
+        assert_eq!(std::fs::read(planted.join(name)).unwrap(), b"planted");
+    }
+}
+
+#[tokio::test]
+async fn a_directory_emptied_and_refilled_is_read_from_its_new_folders() {
+    // An operator empties the directory under a running worker; another process fills it
+    // again. The kept handles name the removed folders: reads must find the new entries.
+    let dir = Dir::new("hostile-refilled");
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    cache.put(&id(1), Bytes::from_static(b"before")).await;
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"before"[..]));
+    std::fs::remove_dir_all(&dir.0).unwrap();
+    let other = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    other.put(&id(1), Bytes::from_static(b"after")).await;
+    assert_eq!(cache.get(&id(1)).await.as_deref(), Some(&b"after"[..]));
+}

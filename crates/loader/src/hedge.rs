@@ -17,9 +17,14 @@
 //! [`MINORITY_CEILING`] times the floor: a slow minority (one sick master) is what hedging is
 //! for, and on a saturated machine the healthy GETs themselves slow down (scheduling, not
 //! Redis), so 8 x their median would rise to 100-200 ms and make every load to the sick
-//! master wait that (measured in the `outage-hung` bench's slow-node row). Only a late
-//! majority, a cluster slow as a whole, lifts the delay towards the cap, doubling it at most
-//! per recompute.
+//! master wait that (measured in the `outage-hung` bench's slow-node row). A late majority,
+//! a cluster slow as a whole, lifts the delay towards the cap, doubling it at most per
+//! recompute; once its GETs answer in time again, the ceiling is [`IN_TIME_MULTIPLE`] times
+//! the median of the in-time GETs (when over the 4 floors), so the delay stays above the
+//! cluster's latency instead of falling back to 4 floors and making most GETs late again
+//! (which made it oscillate). The median of the in-time GETs stays with the healthy majority
+//! when one master is sick; a p90 would follow the sick master's GETs that answer just
+//! within the delay, and hold the delay up with them.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,8 +40,10 @@ const BURST: u64 = 64_000;
 const COST: u64 = 1000;
 /// GETs timed before the first hedge.
 const WARM_UP: u64 = 16;
-/// While at most half of the samples are late, the delay stays within this many floors.
+/// While at most half of the samples are late, the delay stays within this many floors...
 const MINORITY_CEILING: u32 = 4;
+/// ... or within this many times the median of the GETs that answered in time, when more.
+const IN_TIME_MULTIPLE: u32 = 2;
 /// Marks a sample of a GET that was still running at the delay (see `observe_late`).
 const LATE: u32 = 1 << 31;
 
@@ -186,7 +193,8 @@ impl Hedge {
         if raw.is_empty() {
             return;
         }
-        let late = raw.iter().filter(|&&us| us & LATE != 0).count();
+        let mut in_time: Vec<u32> = raw.iter().copied().filter(|&us| us & LATE == 0).collect();
+        let late = raw.len() - in_time.len();
         let mut v: Vec<u32> = raw.iter().map(|&us| us & !LATE).collect();
         let mid = v.len() / 2;
         let median = u64::from(*v.select_nth_unstable(mid).1);
@@ -194,12 +202,23 @@ impl Hedge {
         // A late majority climbs at most 2x per recompute (the median is then the delay
         // itself, and 8x would jump): a borderline moment, when healthy GETs hover around the
         // floor, costs one step, while a cluster slow as a whole still reaches the cap within
-        // a few recomputes.
+        // a few recomputes. Otherwise the ceiling is 4 floors, or twice the median of the GETs
+        // that answered in time when that is more: a cluster uniformly slower than 4 floors
+        // keeps the delay it climbed to (its GETs stay in time), where a fixed ceiling would
+        // drop it back each time its late GETs became a minority, and make them late again.
+        // The median, not a high percentile: a sick master's GETs that answer just within the
+        // delay would hold a p90 up (and with it the delay they answered within).
         let ceiling = if late * 2 > v.len() {
-            (self.delay() * 2).min(cap)
+            self.delay() * 2
         } else {
-            (floor * MINORITY_CEILING).min(cap)
-        };
+            let in_time_median = match in_time.len() {
+                0 => 0,
+                n => *in_time.select_nth_unstable(n / 2).1,
+            };
+            let in_time_median = Duration::from_micros(u64::from(in_time_median));
+            (floor * MINORITY_CEILING).max(in_time_median * IN_TIME_MULTIPLE)
+        }
+        .min(cap);
         let delay = median
             .saturating_mul(MEDIAN_MULTIPLE)
             .clamp(micros(floor), micros(ceiling.max(floor)));
@@ -315,6 +334,75 @@ mod tests {
             }
         }
         assert_eq!(h.delay(), Duration::from_millis(80));
+    }
+
+    /// Drives `h` with `gets` GETs whose latencies `latency(i)` gives, each timed as the
+    /// loader times it: in time when it answers within the current delay, else late at the
+    /// delay. Returns the delays seen after each GET and how many GETs were late.
+    fn drive(
+        h: &Hedge,
+        gets: usize,
+        latency: impl Fn(usize) -> Duration,
+    ) -> (Vec<Duration>, usize) {
+        let mut late = 0;
+        let delays = (0..gets)
+            .map(|i| {
+                let delay = h.current_delay();
+                let took = latency(i);
+                if took < delay {
+                    h.observe(took);
+                } else {
+                    late += 1;
+                    h.observe_late(delay);
+                }
+                h.current_delay()
+            })
+            .collect();
+        (delays, late)
+    }
+
+    #[test]
+    fn a_cluster_uniformly_slower_than_four_floors_settles_above_its_latency() {
+        // Every GET takes 100 ms (over 4 x the 20 ms floor, under the 250 ms cap): once the
+        // delay has climbed past 100 ms it must stay there, not fall back to the 80 ms
+        // ceiling each time the late GETs become a minority and make them all late again.
+        let h = Hedge::new(HedgeSettings::default());
+        let _ = drive(&h, SAMPLES * 8, |_| Duration::from_millis(100));
+        let (delays, late) = drive(&h, SAMPLES * 16, |_| Duration::from_millis(100));
+        let lowest = delays.iter().min().unwrap();
+        assert!(
+            late == 0 && *lowest > Duration::from_millis(100),
+            "{late} of {} GETs late in steady state; the delay fell to {lowest:?}",
+            delays.len()
+        );
+        // The same with jitter (60-159 ms): a few of the slowest GETs late at most.
+        let h = Hedge::new(HedgeSettings::default());
+        let jittered = |i: usize| Duration::from_millis(60 + (i as u64 * 37) % 100);
+        let _ = drive(&h, SAMPLES * 8, jittered);
+        let (delays, late) = drive(&h, SAMPLES * 16, jittered);
+        assert!(
+            late * 20 < delays.len(),
+            "{late} of {} GETs late",
+            delays.len()
+        );
+    }
+
+    #[test]
+    fn a_slow_master_on_a_slow_machine_keeps_the_delay_within_four_floors() {
+        // Two masters answer in 25 ms (a saturated machine); the third stops 300 ms of every
+        // 320, so its GETs take anywhere from 1 to 320 ms and some answer in time.
+        let h = Hedge::new(HedgeSettings::default());
+        let latency = |i: usize| {
+            if i.is_multiple_of(3) {
+                Duration::from_millis(1 + (i as u64 * 37) % 320)
+            } else {
+                Duration::from_millis(25)
+            }
+        };
+        let _ = drive(&h, SAMPLES * 8, latency);
+        let (delays, _) = drive(&h, SAMPLES * 16, latency);
+        let highest = delays.iter().max().unwrap();
+        assert!(*highest <= Duration::from_millis(80), "{highest:?}");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! image as cheaply as possible.
 //!
 //! In order, a load is served by: the worker's byte-bounded decoded-image cache; a load of the
-//! same image already in flight in this process; the fleet's shared cache of encoded bytes on
-//! Redis Cluster or Dragonfly (optional, off by default, fails open); the origin over HTTP(S)
-//! with a hard size cap. Session scoping partitions every cache by a hashed session id.
+//! same image already in flight in this process; the host's disk tier of encoded bytes, shared
+//! by its worker processes (optional, off by default, fails open); the fleet's shared cache of
+//! encoded bytes on Redis Cluster, Valkey or Dragonfly (optional, off by default, fails open);
+//! the origin over HTTP(S) with a hard size cap. Session scoping partitions every cache (and
+//! the embedding caches, [`Loader::embeddings`]) by a hashed session id.
 //!
 //! # Examples
 //!
@@ -105,7 +107,7 @@ pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings, SharedCacheSettings, env,
 };
-pub use crate::config::{SETTINGS, Setting};
+pub use crate::config::{SETTINGS, Section, Setting};
 #[doc(hidden)]
 pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};

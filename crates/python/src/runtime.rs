@@ -184,14 +184,18 @@ pub(crate) fn metrics() -> &'static PrometheusHandle {
 /// Log lines of the Rust layers on stderr, at the level of `MMCACHE_LOG` (default warn), like
 /// the `mmcache` command.
 pub(crate) fn init_logs() {
-    let level = match std::env::var("MMCACHE_LOG").unwrap_or_default().as_str() {
-        "off" => return,
-        "error" => tracing_subscriber::filter::LevelFilter::ERROR,
-        "info" => tracing_subscriber::filter::LevelFilter::INFO,
-        "debug" => tracing_subscriber::filter::LevelFilter::DEBUG,
-        "trace" => tracing_subscriber::filter::LevelFilter::TRACE,
-        _ => tracing_subscriber::filter::LevelFilter::WARN,
+    use mmcache_loader::env;
+    let level = match env::log_level(&std::env::var(env::LOG).unwrap_or_default()) {
+        Ok(level) => level,
+        // Importing the package must not fail over a log level: say so, and log at warn.
+        Err(e) => {
+            eprintln!("mmcache: {e}; logging at warn");
+            tracing_subscriber::filter::LevelFilter::WARN
+        }
     };
+    if level == tracing_subscriber::filter::LevelFilter::OFF {
+        return;
+    }
     // Fails when a subscriber is already set: then that one gets the lines.
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)

@@ -37,10 +37,7 @@ impl From<[u8; 32]> for ContentKey {
 impl fmt::Display for ContentKey {
     /// Lowercase hex, 64 characters.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&crate::digest_hex(&self.0))
     }
 }
 

@@ -118,7 +118,7 @@ impl EmbeddingKey {
 
     /// The digest in lowercase hex (64 characters), for keys of later tiers.
     pub fn to_hex(&self) -> String {
-        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+        crate::digest_hex(&self.0)
     }
 }
 

@@ -193,19 +193,30 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
 
 /// Lowercase hex SHA-256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {
-    let digest = Sha256::digest(data);
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 0xf) as usize] as char);
-    }
-    out
+    digest_hex(&Sha256::digest(data).into())
+}
+
+/// Lowercase hex (64 characters) of a 32-byte digest: the one spelling of digests in keys
+/// and file names.
+pub fn digest_hex(digest: &[u8; 32]) -> String {
+    blake3::Hash::from_bytes(*digest).to_hex().to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_are_spelled_in_lowercase_hex() {
+        // FIPS 180-2's SHA-256 test vector.
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(sha256_hex(b"abc"), abc);
+        let mut digest = [0u8; 32];
+        digest[0] = 0xab;
+        digest[31] = 0x0f;
+        assert_eq!(&digest_hex(&digest)[..4], "ab00");
+        assert_eq!(&digest_hex(&digest)[60..], "000f");
+    }
 
     #[test]
     fn digest_is_of_the_trimmed_scope() {

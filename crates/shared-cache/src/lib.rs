@@ -4,7 +4,8 @@
 //! compatible with the Python implementation in NVIDIA Dynamo
 //! (`dynamo:mm:image:{<sha256hex(identity)>}:bytes`), so each image is downloaded once per
 //! fleet. Operations never return an error: a read gives `Option<Bytes>`, writes and deletes
-//! give nothing; failures are counted, logged at debug, and warned about at most once a minute.
+//! say how they ended ([`WriteOutcome`], never an error); failures are counted, logged at
+//! debug, and warned about at most once a minute.
 //!
 //! # Examples
 //!
@@ -517,7 +518,7 @@ impl SharedCache {
 
     /// Stores `bytes` like [`SharedCache::set`], through the write-behind queue when it is
     /// enabled: returns at once; a full queue drops the write ([`WriteOutcome::Skipped`],
-    /// counted in `mmcache_shared_cache_write_behind_dropped_total`).
+    /// counted in `mmcache_shared_cache_skipped_total{op="set",reason="queue_full"}`).
     pub async fn store(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
         if !self.inner.config.write_behind.enabled {
             return self.set(identity, bytes).await;

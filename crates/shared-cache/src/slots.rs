@@ -11,22 +11,7 @@ pub(crate) fn slot_of(key: &str) -> u16 {
         let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
         (close > 0).then(|| &bytes[open + 1..open + 1 + close])
     });
-    crc16(tagged.unwrap_or(bytes)) % 16384
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(bytes)) % 16384
 }
 
 /// Node label used when the slot map does not know the key's node.

@@ -14,6 +14,8 @@ use mmcache_decode::{ImageFormats, JpegDecoderChoice};
 use crate::error::ConfigError;
 use crate::hedge::HedgeSettings;
 
+#[cfg(test)]
+mod doc_tables;
 pub mod env;
 mod parse;
 mod settings;
@@ -22,7 +24,7 @@ mod tests;
 mod tiers;
 mod validate;
 
-pub use settings::{SETTINGS, Setting};
+pub use settings::{SETTINGS, Section, Setting};
 pub(crate) use validate::Given;
 
 /// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images

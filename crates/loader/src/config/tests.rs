@@ -353,67 +353,6 @@ fn huge_durations_are_startup_errors_naming_the_variable() {
     );
 }
 
-fn doc_text() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
-    std::fs::read_to_string(path).unwrap()
-}
-
-/// The rows of docs/configuration.md's tables, by variable: (default cell, rule cell).
-fn documented() -> HashMap<String, (String, String)> {
-    let doc = doc_text();
-    let mut rows = HashMap::new();
-    let is_variable_row = |l: &&str| l.starts_with("| `DYN_MM_") || l.starts_with("| `MMCACHE_");
-    for line in doc.lines().filter(is_variable_row) {
-        let cells: Vec<&str> = line.trim_matches('|').splitn(3, " | ").collect();
-        let [name, default, rule] = cells[..] else {
-            panic!("not a three-cell row: {line}");
-        };
-        let name = name.trim().trim_matches('`').to_owned();
-        let old = rows.insert(name.clone(), (default.to_owned(), rule.trim().to_owned()));
-        assert!(old.is_none(), "{name} is documented twice");
-    }
-    rows
-}
-
-#[test]
-fn the_docs_list_every_setting_with_its_declared_default_and_rule() {
-    let mut rows = documented();
-    let mut wrong = Vec::new();
-    for s in &SETTINGS {
-        match rows.remove(s.name) {
-            None => wrong.push(format!("{}: no row", s.name)),
-            Some((default, _)) if default != s.default => {
-                wrong.push(format!(
-                    "{}: default {default:?}, declared {:?}",
-                    s.name, s.default
-                ));
-            }
-            Some((_, rule)) if !rule.starts_with(s.rule) => {
-                wrong.push(format!(
-                    "{}: rule {rule:.60?}, declared {:?}",
-                    s.name, s.rule
-                ));
-            }
-            Some(_) => {}
-        }
-        let keyword_row = format!("| `{}` | `{}` |", s.python, s.name);
-        if !doc_text().contains(&keyword_row) {
-            wrong.push(format!("no Python keyword row {keyword_row}"));
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "docs/configuration.md:\n{}",
-        wrong.join("\n")
-    );
-    // Read by the Python package itself (crates/python/src/runtime.rs), not by a `Config`.
-    for python_only in ["MMCACHE_RUNTIME_THREADS", "MMCACHE_LOG"] {
-        rows.remove(python_only);
-    }
-    let stray: Vec<&String> = rows.keys().collect();
-    assert!(stray.is_empty(), "documented but not a setting: {stray:?}");
-}
-
 #[test]
 fn every_declared_default_is_the_default() {
     for s in &SETTINGS {
@@ -518,4 +457,17 @@ fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
         let err = c.validate().expect_err(name).to_string();
         assert!(err.contains(name), "{err}");
     }
+}
+
+#[test]
+fn the_log_level_is_read_once_for_the_command_and_the_package() {
+    use tracing::level_filters::LevelFilter;
+    assert_eq!(env::log_level("").unwrap(), LevelFilter::WARN);
+    assert_eq!(env::log_level(" off ").unwrap(), LevelFilter::OFF);
+    assert_eq!(env::log_level("debug").unwrap(), LevelFilter::DEBUG);
+    let err = env::log_level("verbose").unwrap_err().to_string();
+    assert!(
+        err.contains("MMCACHE_LOG") && err.contains("verbose"),
+        "{err}"
+    );
 }
