@@ -11,7 +11,8 @@ use mmcache_origin::Admitted;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
-use crate::{Error, Inner, Loaded, Outcome, Result, Source};
+use crate::inner::{Inner, Outcome};
+use crate::{Error, Loaded, Result, Source};
 
 impl Inner {
     /// Shared cache, then origin. Runs in the load's own task.
@@ -207,7 +208,7 @@ impl Inner {
         let Some(disk) = &self.disk else { return };
         let lock = self
             .fill_locks
-            .remove(&crate::inflight_key(identity))
+            .remove(&crate::inner::inflight_key(identity))
             .map(|(_, lock)| lock);
         let (disk, identity) = (disk.clone(), identity.clone());
         self.background.spawn(async move {
@@ -522,7 +523,7 @@ impl<'a> HeldLock<'a> {
         identity: &CacheIdentity,
         lock: mmcache_disk_cache::FillLock,
     ) -> Self {
-        let key = crate::inflight_key(identity);
+        let key = crate::inner::inflight_key(identity);
         inner.fill_locks.insert(key, lock);
         Self { inner, key }
     }

@@ -85,22 +85,20 @@ pub mod embeddings;
 mod error;
 mod fill;
 mod hedge;
+mod inner;
 pub mod metrics;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dashmap::DashMap;
-use mmcache_decode::{DecodeLimits, DecodedCache, DecodedImage};
+use mmcache_decode::{DecodedCache, DecodedImage};
 use mmcache_origin::Origin;
 use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::SharedCache;
 use tokio::sync::watch;
 
-use crate::background::Background;
-use crate::budget::DecodeBudget;
-use crate::hedge::Hedge;
+use crate::inner::{Inner, LeaveInflight, Outcome, inflight_key};
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
@@ -171,29 +169,6 @@ impl Loaded {
             encoded_len: Some(encoded_len),
         }
     }
-}
-
-type Outcome = Result<Loaded>;
-type InflightSlot = watch::Receiver<Option<Outcome>>;
-
-struct Inner {
-    config: Config,
-    origin: Origin,
-    shared: Option<SharedCache>,
-    disk: Option<mmcache_disk_cache::DiskCache>,
-    decoded: DecodedCache,
-    limits: DecodeLimits,
-    budget: DecodeBudget,
-    hedge: Arc<Hedge>,
-    inflight: DashMap<[u8; 32], InflightSlot>,
-    /// Disk-tier fill locks held by loads in flight, keyed as `inflight`: the entry's write
-    /// takes its lock over and releases it once the entry is written.
-    fill_locks: DashMap<[u8; 32], mmcache_disk_cache::FillLock>,
-    /// Disk-tier writes on their way (they leave the load's path).
-    background: Arc<Background>,
-    memory_hits: ::metrics::Counter,
-    metrics: metrics::Handles,
-    embeddings: embeddings::Embeddings,
 }
 
 /// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).
@@ -438,43 +413,6 @@ impl Loader {
             Err(_) => Err(Error::Internal("load task ended without a result".into())),
         };
         (outcome, joined)
-    }
-}
-
-impl Inner {
-    /// Runs a load's work within the load deadline. At the deadline the work is dropped where
-    /// it waits (its download is cut; a decode already on the blocking pool runs to its end and
-    /// then frees its budget; the disk fill lock is released; a stampede lease is left to
-    /// expire) and the load fails with [`Error::LoadTimeout`], which every waiter gets.
-    async fn within_deadline<T>(
-        &self,
-        work: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let deadline = self.config.load_timeout();
-        match tokio::time::timeout(deadline, work).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.metrics.load_timeouts().increment(1);
-                Err(Error::LoadTimeout { after: deadline })
-            }
-        }
-    }
-}
-
-/// The key of `identity` in the in-flight and fill-lock maps.
-fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
-    identity.digest()
-}
-
-/// Removes an identity from the in-flight map when dropped.
-struct LeaveInflight<'a> {
-    inner: &'a Inner,
-    key: [u8; 32],
-}
-
-impl Drop for LeaveInflight<'_> {
-    fn drop(&mut self) {
-        self.inner.inflight.remove(&self.key);
     }
 }
 
