@@ -35,7 +35,7 @@ pub(crate) type Key = [u8; 32];
 
 /// The digest a cache is keyed by.
 pub(crate) fn identity_key(identity: &CacheIdentity) -> Key {
-    *blake3::hash(identity.as_str().as_bytes()).as_bytes()
+    identity.digest()
 }
 
 /// quick_cache's share of a shard kept for entries that were hit since they came in (its

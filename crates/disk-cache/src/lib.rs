@@ -295,7 +295,7 @@ impl DiskCache {
     /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
     /// is not ours, a slow disk, or any I/O error (counted, never returned).
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
-        self.get_digest(identity.sha256_hex()).await
+        self.get_digest(identity.sha256_hex().to_owned()).await
     }
 
     /// [`DiskCache::get`] by the entry's hex digest name.
@@ -417,7 +417,8 @@ impl DiskCache {
     /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
     /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
     pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
-        self.put_digest(identity.sha256_hex(), bytes, lock).await;
+        self.put_digest(identity.sha256_hex().to_owned(), bytes, lock)
+            .await;
     }
 
     /// [`DiskCache::put_locked`] by the entry's hex digest name.
@@ -506,7 +507,7 @@ impl DiskCache {
 
     /// Removes `identity`'s entry (its bytes did not decode).
     pub async fn remove(&self, identity: &CacheIdentity) {
-        self.remove_digest(identity.sha256_hex()).await;
+        self.remove_digest(identity.sha256_hex().to_owned()).await;
     }
 
     /// [`DiskCache::remove`] by the entry's hex digest name.
@@ -552,7 +553,8 @@ impl DiskCache {
     /// it is written, not when the holder's whole load ends. Never an error: a lock that
     /// cannot be made (or a slow disk) is [`Fill::GaveUp`] at once.
     pub async fn lock(&self, identity: &CacheIdentity, wait: Duration) -> Fill {
-        self.lock_digest(identity.sha256_hex(), wait).await
+        self.lock_digest(identity.sha256_hex().to_owned(), wait)
+            .await
     }
 
     /// [`DiskCache::lock`] by the entry's hex digest name.

@@ -44,7 +44,7 @@ async fn round_trip_with_the_identity_digest_as_file_name() {
     );
     // The same digest as the Redis key, so scoping partitions both tiers alike.
     let digest = ident.sha256_hex();
-    let path = dir.0.join("v1").join(&digest[..2]).join(&digest);
+    let path = dir.0.join("v1").join(&digest[..2]).join(digest);
     assert_eq!(std::fs::read(&path).unwrap(), b"exact origin bytes");
     let s = cache.stats();
     assert_eq!((s.hits, s.misses, s.writes), (1, 1, 1));

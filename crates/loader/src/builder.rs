@@ -11,7 +11,8 @@ use mmcache_shared_cache::SharedCache;
 
 use crate::budget::DecodeBudget;
 use crate::hedge::{Hedge, HedgeSettings};
-use crate::{Config, ConfigError, Inner, LeaseSettings, Loader, metrics};
+use crate::inner::Inner;
+use crate::{Config, ConfigError, LeaseSettings, Loader, metrics};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.

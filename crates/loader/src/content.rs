@@ -2,7 +2,7 @@
 //! scope (under another URL) are not decoded again; the load shares the image.
 //!
 //! The identity a load task fills is set for the task (a task-local), so every tier's bytes
-//! (disk, shared, origin) are checked in [`crate::Inner::decode`] without threading it
+//! (disk, shared, origin) are checked in [`crate::inner::Inner::decode`] without threading it
 //! through each call. Work outside a load task (data URLs, loads bypassing the caches) sees
 //! no identity and never shares.
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use mmcache_decode::DecodedImage;
 use mmcache_scope::{CacheIdentity, ContentKey};
 
-use crate::Inner;
+use crate::inner::Inner;
 
 tokio::task_local! {
     /// The identity the current load task fills.

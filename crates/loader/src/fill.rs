@@ -7,19 +7,22 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mmcache_decode::DecodedImage;
 use mmcache_disk_cache::{DiskCache, Fill};
+use mmcache_origin::Admitted;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome};
 
+use crate::inner::{Inner, Outcome};
 use crate::metrics::{self, HedgeOutcome, LeaseOutcome as LeaseLabel};
-use crate::{Error, Inner, Loaded, Outcome, Result, Source};
+use crate::{Error, Loaded, Result, Source};
 
 impl Inner {
     /// Shared cache, then origin. Runs in the load's own task.
     pub(crate) async fn fill(&self, identity: &CacheIdentity, url: &str) -> Outcome {
         // Policy first, DNS included: the shared cache must not serve what this worker may not
         // fetch (a worker with internal access may have cached it). Resolutions are cached
-        // briefly by the origin client, which then connects to the same addresses.
-        self.origin.check_resolved(url).await?;
+        // briefly by the origin client, which then connects to the same addresses. The URL it
+        // admits is the one every tier below fetches: parsed and checked once.
+        let url = &self.origin.check_resolved(url).await?;
         // The host's disk tier, with a cross-process single-flight: one process of the host
         // fills a missing entry; the others watch for the entry (at most as long as a fill may
         // take) and read it. The lock is held until the entry is written: the write, which
@@ -54,7 +57,7 @@ impl Inner {
             if fetched.shareable {
                 self.write_disk(identity, self.disk_copy(&fetched.bytes));
             }
-            return Ok((fetched.image, Source::Origin, Some(len)));
+            return Ok(Loaded::decoded(fetched.image, Source::Origin, len));
         };
         let (cached, outcome) = match self.get_or_hedge(shared, identity, url).await {
             Raced::Cache(cached, outcome) => (cached, outcome),
@@ -85,13 +88,13 @@ impl Inner {
         shared: &SharedCache,
         identity: &CacheIdentity,
         bytes: Bytes,
-    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+    ) -> Result<Option<Loaded>> {
         let len = bytes.len();
         match self.decode(bytes.clone()).await {
             Ok(image) => {
                 // A shared hit fills the host's tier too.
                 self.write_disk(identity, self.disk_copy(&bytes));
-                Ok(Some((image, Source::Shared, Some(len))))
+                Ok(Some(Loaded::decoded(image, Source::Shared, len)))
             }
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 self.metrics.corrupt.increment(1);
@@ -108,7 +111,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Outcome {
         let fetched = self.fetch_and_decode_bytes(url).await?;
         self.stored(shared, identity, fetched).await
@@ -141,7 +144,7 @@ impl Inner {
         let len = bytes.len();
         if !shareable {
             return (
-                Ok((image, Source::Origin, Some(len))),
+                Ok(Loaded::decoded(image, Source::Origin, len)),
                 WriteOutcome::Skipped,
             );
         }
@@ -152,7 +155,7 @@ impl Inner {
         self.write_disk(identity, copy.clone());
         let Some(bytes) = copy else {
             return (
-                Ok((image, Source::Origin, Some(len))),
+                Ok(Loaded::decoded(image, Source::Origin, len)),
                 WriteOutcome::Skipped,
             );
         };
@@ -171,7 +174,7 @@ impl Inner {
         } else {
             shared.store(identity, bytes).await
         };
-        (Ok((image, Source::Origin, Some(len))), wrote)
+        (Ok(Loaded::decoded(image, Source::Origin, len)), wrote)
     }
 
     /// How long a fill of another process of the host may take: its lease wait, download and
@@ -192,13 +195,13 @@ impl Inner {
         &self,
         disk: &DiskCache,
         identity: &CacheIdentity,
-    ) -> Result<Option<(Arc<DecodedImage>, Source, Option<usize>)>> {
+    ) -> Result<Option<Loaded>> {
         let Some(bytes) = disk.get(identity).await else {
             return Ok(None);
         };
         let len = bytes.len();
         match self.decode(bytes).await {
-            Ok(image) => Ok(Some((image, Source::Disk, Some(len)))),
+            Ok(image) => Ok(Some(Loaded::decoded(image, Source::Disk, len))),
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 tracing::debug!(error = %e, "disk cache entry did not decode; removing it");
                 disk.remove(identity).await;
@@ -225,7 +228,7 @@ impl Inner {
         let Some(disk) = &self.disk else { return };
         let lock = self
             .fill_locks
-            .remove(&crate::inflight_key(identity))
+            .remove(&crate::inner::inflight_key(identity))
             .map(|(_, lock)| lock);
         let Some(bytes) = bytes else { return };
         let (disk, identity) = (disk.clone(), identity.clone());
@@ -242,7 +245,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Raced {
         if !self.hedge.enabled() {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
@@ -350,7 +353,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
     ) -> Outcome {
         let lease = self.config.shared.lease;
         let deadline = Instant::now() + lease.wait;
@@ -405,7 +408,7 @@ impl Inner {
         &self,
         shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &str,
+        url: &Admitted,
         token: u64,
     ) -> Outcome {
         let (result, wrote) = async {
@@ -445,14 +448,17 @@ impl Inner {
         result
     }
 
-    pub(crate) async fn fetch_and_decode(&self, url: &str) -> Result<(Arc<DecodedImage>, usize)> {
-        let fetched = self.fetch_and_decode_bytes(url).await?;
-        Ok((fetched.image, fetched.bytes.len()))
+    /// The origin and the decode alone (a load that bypasses every cache layer).
+    pub(crate) async fn fetch_and_decode(&self, url: &str) -> Outcome {
+        let url = self.origin.check_resolved(url).await?;
+        let fetched = self.fetch_and_decode_bytes(&url).await?;
+        let len = fetched.bytes.len();
+        Ok(Loaded::decoded(fetched.image, Source::Origin, len))
     }
 
-    async fn fetch_and_decode_bytes(&self, url: &str) -> Result<FromOrigin> {
+    async fn fetch_and_decode_bytes(&self, url: &Admitted) -> Result<FromOrigin> {
         let started = Instant::now();
-        let fetched = self.origin.fetch(url).await;
+        let fetched = self.origin.fetch_admitted(url).await;
         let outcome = if fetched.is_ok() {
             metrics::Outcome::Ok
         } else {
@@ -544,7 +550,7 @@ impl<'a> HeldLock<'a> {
         identity: &CacheIdentity,
         lock: mmcache_disk_cache::FillLock,
     ) -> Self {
-        let key = crate::inflight_key(identity);
+        let key = crate::inner::inflight_key(identity);
         inner.fill_locks.insert(key, lock);
         Self { inner, key }
     }
@@ -581,7 +587,7 @@ enum Raced {
     /// The GET answered first (or no hedge ran): its value and outcome.
     Cache(Option<Bytes>, GetOutcome),
     /// A late hit decoded before the origin answered.
-    Hit((Arc<DecodedImage>, Source, Option<usize>)),
+    Hit(Loaded),
     /// The origin answered first: its decoded image and bytes, or its error.
     Origin(Result<FromOrigin>),
 }
@@ -601,17 +607,14 @@ impl Inner {
             .record(started.elapsed().as_secs_f64());
     }
 
-    pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Result<Loaded> {
+    /// Counts a load's outcome under `source` (a failure's: the tier it was headed for).
+    pub(crate) fn record(&self, source: Source, outcome: Outcome) -> Outcome {
         let label = if outcome.is_ok() {
             metrics::Outcome::Ok
         } else {
             metrics::Outcome::Error
         };
         self.metrics.loads(source, label).increment(1);
-        outcome.map(|(image, source, encoded_len)| Loaded {
-            image,
-            source,
-            encoded_len,
-        })
+        outcome
     }
 }

@@ -85,6 +85,7 @@ pub mod embeddings;
 mod error;
 mod fill;
 mod hedge;
+mod inner;
 pub mod metrics;
 mod write_memory;
 
@@ -92,16 +93,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dashmap::DashMap;
-use mmcache_decode::{DecodeLimits, DecodedCache, DecodedImage};
+use mmcache_decode::{DecodedCache, DecodedImage};
 use mmcache_origin::Origin;
 use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::SharedCache;
 use tokio::sync::watch;
 
-use crate::background::Background;
-use crate::budget::DecodeBudget;
-use crate::hedge::Hedge;
+use crate::inner::{Inner, LeaveInflight, Outcome, inflight_key};
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
@@ -150,29 +148,15 @@ pub struct Loaded {
     pub encoded_len: Option<usize>,
 }
 
-type Outcome = Result<(Arc<DecodedImage>, Source, Option<usize>)>;
-type InflightSlot = watch::Receiver<Option<Outcome>>;
-
-struct Inner {
-    config: Config,
-    origin: Origin,
-    shared: Option<SharedCache>,
-    disk: Option<mmcache_disk_cache::DiskCache>,
-    decoded: DecodedCache,
-    limits: DecodeLimits,
-    budget: DecodeBudget,
-    hedge: Arc<Hedge>,
-    inflight: DashMap<[u8; 32], InflightSlot>,
-    /// Disk-tier fill locks held by loads in flight, keyed as `inflight`: the entry's write
-    /// takes its lock over and releases it once the entry is written.
-    fill_locks: DashMap<[u8; 32], mmcache_disk_cache::FillLock>,
-    /// Disk-tier writes on their way (they leave the load's path).
-    background: Arc<Background>,
-    /// What cache writes may hold: copies, apart from the download budget.
-    write_memory: write_memory::WriteMemory,
-    memory_hits: ::metrics::Counter,
-    metrics: metrics::Handles,
-    embeddings: embeddings::Embeddings,
+impl Loaded {
+    /// An image decoded from the `encoded_len` bytes a tier (or a `data:` URL) gave.
+    pub(crate) fn decoded(image: Arc<DecodedImage>, source: Source, encoded_len: usize) -> Self {
+        Self {
+            image,
+            source,
+            encoded_len: Some(encoded_len),
+        }
+    }
 }
 
 /// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).
@@ -290,10 +274,7 @@ impl Loader {
                 .within_deadline(self.inner.fetch_and_decode(url))
                 .await;
             self.inner.observe(Source::Origin, started);
-            return self.inner.record(
-                Source::Origin,
-                result.map(|(image, len)| (image, Source::Origin, Some(len))),
-            );
+            return self.inner.record(Source::Origin, result);
         };
         if let Some(image) = self.inner.decoded.get(&identity) {
             self.inner.memory_hits.increment(1);
@@ -305,19 +286,25 @@ impl Loader {
         }
         let started = Instant::now();
         let (outcome, joined) = self.join_or_start(identity, url).await;
-        let source = if joined {
-            Source::Inflight
-        } else {
-            outcome.as_ref().map_or(Source::Origin, |o| o.1)
-        };
-        self.inner.observe(source, started);
-        let outcome = outcome.map(|(image, src, len)| {
+        // A joined load's image came from another caller's load: none of its bytes were read
+        // here.
+        let outcome = outcome.map(|loaded| {
             if joined {
-                (image, Source::Inflight, None)
+                Loaded {
+                    source: Source::Inflight,
+                    encoded_len: None,
+                    ..loaded
+                }
             } else {
-                (image, src, len)
+                loaded
             }
         });
+        let source = match &outcome {
+            Ok(loaded) => loaded.source,
+            Err(_) if joined => Source::Inflight,
+            Err(_) => Source::Origin,
+        };
+        self.inner.observe(source, started);
         self.inner.record(source, outcome)
     }
 
@@ -371,11 +358,11 @@ impl Loader {
             .collect()
     }
 
-    async fn load_data_url(&self, url: &str) -> Result<(Arc<DecodedImage>, Source, Option<usize>)> {
+    async fn load_data_url(&self, url: &str) -> Outcome {
         let bytes = data_url::decode_payload(url, self.inner.config.max_file_size_bytes)?;
         let len = bytes.len();
         let image = self.inner.decode(Bytes::from(bytes)).await?;
-        Ok((image, Source::Data, Some(len)))
+        Ok(Loaded::decoded(image, Source::Data, len))
     }
 
     /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
@@ -394,10 +381,10 @@ impl Loader {
                     let leave = LeaveInflight { inner: &inner, key };
                     let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
                     let mut outcome = inner.within_deadline(fill).await;
-                    if let Ok((image, _, _)) = &mut outcome {
+                    if let Ok(loaded) = &mut outcome {
                         // The cache may already hold this content (a concurrent load of
                         // another URL): every waiter gets the one copy it keeps.
-                        *image = inner.decoded.insert(&identity, image.clone());
+                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);
@@ -414,43 +401,6 @@ impl Loader {
             Err(_) => Err(Error::Internal("load task ended without a result".into())),
         };
         (outcome, joined)
-    }
-}
-
-impl Inner {
-    /// Runs a load's work within the load deadline. At the deadline the work is dropped where
-    /// it waits (its download is cut; a decode already on the blocking pool runs to its end and
-    /// then frees its budget; the disk fill lock is released; a stampede lease is left to
-    /// expire) and the load fails with [`Error::LoadTimeout`], which every waiter gets.
-    async fn within_deadline<T>(
-        &self,
-        work: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let deadline = self.config.load_timeout();
-        match tokio::time::timeout(deadline, work).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.metrics.load_timeouts.increment(1);
-                Err(Error::LoadTimeout { after: deadline })
-            }
-        }
-    }
-}
-
-/// The key of `identity` in the in-flight and fill-lock maps.
-fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
-    *blake3::hash(identity.as_str().as_bytes()).as_bytes()
-}
-
-/// Removes an identity from the in-flight map when dropped.
-struct LeaveInflight<'a> {
-    inner: &'a Inner,
-    key: [u8; 32],
-}
-
-impl Drop for LeaveInflight<'_> {
-    fn drop(&mut self) {
-        self.inner.inflight.remove(&self.key);
     }
 }
 

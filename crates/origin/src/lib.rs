@@ -54,6 +54,7 @@ mod error;
 pub mod policy;
 mod resolve;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -137,6 +138,32 @@ pub struct Fetched {
     pub elapsed: Duration,
 }
 
+/// A URL the whole policy admitted ([`Origin::check_resolved`]): parsed once, checked, its
+/// host resolved and every address checked. [`Origin::fetch_admitted`] downloads it without
+/// parsing or checking it again; the connection is still pinned to the addresses the
+/// client's resolver checks, and every redirect hop is checked as it comes.
+#[derive(Clone)]
+pub struct Admitted {
+    url: Url,
+    addrs: Arc<[IpAddr]>,
+}
+
+impl Admitted {
+    /// The checked addresses of the URL's host: its resolution, or the IP literal itself.
+    pub fn addrs(&self) -> &[IpAddr] {
+        &self.addrs
+    }
+}
+
+impl std::fmt::Debug for Admitted {
+    // The URL may carry a signed query string: keep it out of debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("addrs", &self.addrs)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An HTTP(S) client that enforces the URL policy and the size cap. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Origin {
@@ -192,6 +219,22 @@ impl Origin {
     pub async fn fetch(&self, url: &str) -> Result<Fetched> {
         let url = policy::parse(url)?;
         self.check_parsed(&url)?;
+        self.fetch_checked(url).await
+    }
+
+    /// Downloads a URL [`Origin::check_resolved`] admitted, as [`Origin::fetch`] does, without
+    /// parsing or checking it again (its host is resolved once more through the cache, and
+    /// the connection pinned to the addresses checked then).
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`].
+    pub async fn fetch_admitted(&self, admitted: &Admitted) -> Result<Fetched> {
+        self.fetch_checked(admitted.url.clone()).await
+    }
+
+    /// Follows a checked URL's hops within the deadline.
+    async fn fetch_checked(&self, url: Url) -> Result<Fetched> {
         let started = Instant::now();
         let (bytes, redirects) = tokio::time::timeout(self.config.timeout, self.follow(url))
             .await
@@ -217,21 +260,29 @@ impl Origin {
     /// Applies the whole URL policy, hostname resolution included, without fetching: what a
     /// cache layer must ask before it answers for `url` (a worker with internal access may have
     /// cached it). Resolutions are cached for [`OriginConfig::dns_cache_ttl`], so this costs a
-    /// map lookup on a warm host.
+    /// map lookup on a warm host. The URL it admits is what [`Origin::fetch_admitted`] takes.
     ///
     /// # Errors
     ///
     /// [`Error::Policy`], or [`Error::Connect`] when the host does not resolve.
-    pub async fn check_resolved(&self, url: &str) -> Result<()> {
+    pub async fn check_resolved(&self, url: &str) -> Result<Admitted> {
         let url = policy::parse(url)?;
         self.check_parsed(&url)?;
-        if let Some(url::Host::Domain(host)) = url.host() {
-            let c = &self.config;
-            for ip in self.resolver.resolve(host).await?.iter() {
-                policy::check_ip_with(*ip, c.allow_internal, c.loopback_is_public)?;
+        let addrs = match url.host() {
+            Some(url::Host::Domain(host)) => {
+                let c = &self.config;
+                let ips = self.resolver.resolve(host).await?;
+                for ip in ips.iter() {
+                    policy::check_ip_with(*ip, c.allow_internal, c.loopback_is_public)?;
+                }
+                ips
             }
-        }
-        Ok(())
+            // IP literals were checked with the URL.
+            Some(url::Host::Ipv4(ip)) => Arc::from([IpAddr::V4(ip)]),
+            Some(url::Host::Ipv6(ip)) => Arc::from([IpAddr::V6(ip)]),
+            None => Arc::from([]),
+        };
+        Ok(Admitted { url, addrs })
     }
 
     fn check_parsed(&self, url: &Url) -> Result<(), PolicyViolation> {

@@ -338,3 +338,46 @@ async fn check_resolved_applies_the_policy_after_dns() {
     // 400 when the name server says so; 408 if it does not answer within the connect timeout.
     assert!(matches!(err.http_status(), 400 | 408), "{err}");
 }
+
+#[tokio::test]
+async fn an_admitted_url_carries_its_checked_addresses_and_is_fetched_as_is() {
+    let server = TestOrigin::start();
+    server.set("/a", Route::ok(b"admitted".to_vec()));
+    let o = origin(config());
+    // A name: its resolution, every address checked; an IP literal: the literal.
+    let named = server.url("/a").replace("127.0.0.1", "localhost");
+    let admitted = o.check_resolved(&named).await.unwrap();
+    assert!(!admitted.addrs().is_empty());
+    assert!(
+        admitted.addrs().iter().all(|ip| ip.is_loopback()),
+        "{admitted:?}"
+    );
+    assert_eq!(
+        &o.fetch_admitted(&admitted).await.unwrap().bytes[..],
+        b"admitted"
+    );
+    let literal = o.check_resolved(&server.url("/a")).await.unwrap();
+    assert_eq!(
+        literal.addrs(),
+        &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    // Debug output keeps the URL (and any signed query) out.
+    let signed = o
+        .check_resolved(&server.url("/a?sig=SECRET"))
+        .await
+        .unwrap();
+    assert!(!format!("{signed:?}").contains("SECRET"));
+
+    // Redirect hops are still checked one by one: a hop to a host off the allowlist is
+    // refused before it is requested.
+    let mut c = config();
+    c.allowed_domains = mmcache_origin::DomainAllowlist::new(&["localhost"]).unwrap();
+    let o = origin(c);
+    server.set("/jump", Route::redirect(server.url("/b")));
+    server.set("/b", Route::ok(b"other".to_vec()));
+    let jump = server.url("/jump").replace("127.0.0.1", "localhost");
+    let admitted = o.check_resolved(&jump).await.unwrap();
+    let err = o.fetch_admitted(&admitted).await.unwrap_err();
+    assert!(err.is_policy(), "{err}");
+    assert_eq!(server.hits("/b"), 0);
+}

@@ -46,11 +46,13 @@ use sha2::{Digest, Sha256};
 
 mod content_key;
 mod embedding_key;
+mod identity;
 pub mod metric;
 mod url_key;
 
 pub use content_key::ContentKey;
 pub use embedding_key::{EmbeddingKey, EmbeddingKeyInput};
+pub use identity::CacheIdentity;
 pub use url_key::dynamo_url_key;
 
 /// Longest usable scope, in bytes after trimming. Longer values are treated as absent, so a
@@ -190,75 +192,6 @@ fn pick<'v>(first_value: impl Fn(&str) -> Option<&'v [u8]>) -> Option<Scope> {
     None
 }
 
-/// The key of one image in every cache (memory, in flight, disk, shared): the URL keyed as
-/// ai-dynamo 1.6.1 keys it ([`dynamo_url_key`]: scheme and host lowercased, fragment dropped,
-/// the rest as given), prefixed by the scope digest and `:` in scoped mode. The download still
-/// uses the URL as given.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CacheIdentity {
-    key: Arc<str>,
-    /// Built by [`CacheIdentity::scoped`]: `key` starts with the 64-character scope digest.
-    scoped: bool,
-}
-
-impl CacheIdentity {
-    /// The identity of `url` outside session scoping: `dynamo_url_key(url)`.
-    pub fn unscoped(url: &str) -> Self {
-        Self {
-            key: Arc::from(dynamo_url_key(url)),
-            scoped: false,
-        }
-    }
-
-    /// The identity of `url` within `scope`: `sha256hex(scope) + ":" + dynamo_url_key(url)`.
-    pub fn scoped(scope: &Scope, url: &str) -> Self {
-        let digest = scope.digest();
-        let key = dynamo_url_key(url);
-        let mut s = String::with_capacity(digest.0.len() + 1 + key.len());
-        s.push_str(digest.as_str());
-        s.push(':');
-        s.push_str(&key);
-        Self {
-            key: Arc::from(s),
-            scoped: true,
-        }
-    }
-
-    /// The identity a load uses, or `None` when the load must bypass every cache layer
-    /// (session scoping on and no usable scope). With scoping off the scope is ignored.
-    pub fn resolve(session_scoped: bool, url: &str, scope: Option<&Scope>) -> Option<Self> {
-        match (session_scoped, scope) {
-            (false, _) => Some(Self::unscoped(url)),
-            (true, Some(scope)) => Some(Self::scoped(scope, url)),
-            (true, None) => None,
-        }
-    }
-
-    /// The identity string.
-    pub fn as_str(&self) -> &str {
-        &self.key
-    }
-
-    /// The scope digest this identity was built in (scoped mode), or `None` for an unscoped
-    /// identity. It partitions the decoded cache's content index, so content dedup never
-    /// crosses scopes.
-    pub fn scope_digest(&self) -> Option<&str> {
-        self.scoped.then(|| &self.key[..64])
-    }
-
-    /// Lowercase hex SHA-256 of the identity: the hash tag of the shared-cache key.
-    pub fn sha256_hex(&self) -> String {
-        sha256_hex(self.key.as_bytes())
-    }
-}
-
-impl fmt::Debug for CacheIdentity {
-    // Identities hold URLs that may carry signed query strings: do not print them.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CacheIdentity({} bytes)", self.key.len())
-    }
-}
-
 /// Lowercase hex SHA-256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {
     digest_hex(&Sha256::digest(data).into())
@@ -284,30 +217,6 @@ mod tests {
         digest[31] = 0x0f;
         assert_eq!(&digest_hex(&digest)[..4], "ab00");
         assert_eq!(&digest_hex(&digest)[60..], "000f");
-    }
-
-    const URL: &str = "https://example.com/img.png";
-
-    #[test]
-    fn design_test_vectors() {
-        assert_eq!(
-            CacheIdentity::unscoped(URL).sha256_hex(),
-            "48af8a9eb0210270d41f09ff164d1314c0e3f35027d980ac92abb4320c80f2a0"
-        );
-        let scope = Scope::new("session-a").unwrap();
-        assert_eq!(
-            scope.digest().as_str(),
-            "fa57a52dbf08190218529730a3e99db6946c6c29220fb6e0551e21598b0b05db"
-        );
-        let id = CacheIdentity::scoped(&scope, URL);
-        assert_eq!(
-            id.as_str(),
-            format!("fa57a52dbf08190218529730a3e99db6946c6c29220fb6e0551e21598b0b05db:{URL}")
-        );
-        assert_eq!(
-            id.sha256_hex(),
-            "0895b8e0928cf6a3a67afb3c3b31407b6ff56e8130ad550729782f8465e15fc0"
-        );
     }
 
     #[test]
@@ -522,26 +431,6 @@ mod tests {
                 assert!(!scope.as_str().is_empty() && scope.as_str() == scope.as_str().trim());
             }
         }
-    }
-
-    #[test]
-    fn resolve_modes() {
-        let s = Scope::new("s").unwrap();
-        assert_eq!(
-            CacheIdentity::resolve(false, URL, Some(&s))
-                .unwrap()
-                .as_str(),
-            URL
-        );
-        assert_eq!(
-            CacheIdentity::resolve(false, URL, None).unwrap().as_str(),
-            URL
-        );
-        assert!(CacheIdentity::resolve(true, URL, None).is_none());
-        // Case and query are part of the identity.
-        let a = CacheIdentity::unscoped("https://e.com/A.png?x=1");
-        let b = CacheIdentity::unscoped("https://e.com/a.png?x=1");
-        assert_ne!(a, b);
     }
 
     #[test]
