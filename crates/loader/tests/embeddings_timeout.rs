@@ -97,12 +97,9 @@ async fn a_compute_that_never_returns_gives_every_waiter_408_and_frees_the_slot(
     });
     assert!(eventually(|| loader.embeddings().inflight() == 1).await);
     let joined_flag = Arc::new(AtomicBool::new(false));
-    let joined = tokio::time::timeout(
-        Duration::from_secs(20),
-        hung(&loader, "k", &joined_flag),
-    )
-    .await
-    .expect("the joined waiter is answered at the deadline");
+    let joined = tokio::time::timeout(Duration::from_secs(20), hung(&loader, "k", &joined_flag))
+        .await
+        .expect("the joined waiter is answered at the deadline");
     let first = tokio::time::timeout(Duration::from_secs(20), first)
         .await
         .expect("the first caller is answered at the deadline")

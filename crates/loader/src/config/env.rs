@@ -98,6 +98,9 @@ pub const EMBEDDING_MAX_VALUE_BYTES: &str = "MMCACHE_EMBEDDING_MAX_VALUE_BYTES";
 /// Values over this many bytes go to the shared cache in chunks of this size, integer
 /// > 0 and <= 4294967295, at most the value cap and at least 1/1024 of it. Default 2 MiB.
 pub const EMBEDDING_CHUNK_BYTES: &str = "MMCACHE_EMBEDDING_CHUNK_BYTES";
+/// Deadline of one embedding compute in seconds, finite, > 0 and <= 3600. Default: the lease
+/// TTL (5 s with the defaults).
+pub const EMBEDDING_COMPUTE_TIMEOUT_SECS: &str = "MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS";
 
 /// Overall deadline of a load in seconds, finite, > 0 and <= 3600. Default: the origin
 /// timeout + the decode wait + the lease wait (when the lease is on) + 30 s (90 s with the

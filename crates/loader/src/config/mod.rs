@@ -206,6 +206,9 @@ pub struct Config {
     pub embedding_max_value_bytes: u64,
     /// Chunk threshold and size of embedding values in the shared cache. Default 2 MiB.
     pub embedding_chunk_bytes: u64,
+    /// Deadline of one embedding compute; `None` (the default) is the lease TTL: see
+    /// [`Config::embedding_compute_timeout`].
+    pub embedding_compute_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -234,6 +237,7 @@ impl Default for Config {
             embedding_fleet: true,
             embedding_max_value_bytes: mmcache_decode::DEFAULT_EMBEDDING_MAX_VALUE_BYTES,
             embedding_chunk_bytes: mmcache_decode::DEFAULT_EMBEDDING_CHUNK_BYTES,
+            embedding_compute_timeout: None,
         }
     }
 }
@@ -252,6 +256,15 @@ impl Config {
             };
             self.origin_timeout + self.decode_wait + lease + LOAD_TIMEOUT_SLACK
         })
+    }
+
+    /// The deadline of one embedding compute: the one set, else the lease TTL (5 s by
+    /// default, whether the lease is on or not). A vision encoder takes tens of milliseconds
+    /// to seconds; at the lease TTL a holder's compute has either finished or been cut and
+    /// its lease released, so no waiter, here or in another process, waits past one TTL for it.
+    pub fn embedding_compute_timeout(&self) -> Duration {
+        self.embedding_compute_timeout
+            .unwrap_or(self.shared.lease.ttl)
     }
 
     /// Reads every variable of [`env`](mod@env) from the process environment over the defaults.

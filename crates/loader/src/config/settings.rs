@@ -26,7 +26,7 @@ pub struct Setting {
 }
 
 /// How many settings there are.
-pub(super) const COUNT: usize = 44;
+pub(super) const COUNT: usize = 45;
 
 /// The variable names of [`SETTINGS`], in order (what [`env::ALL`] is).
 pub(super) const fn names() -> [&'static str; COUNT] {
@@ -522,6 +522,16 @@ pub const SETTINGS: [Setting; COUNT] = [
         python: "embedding_chunk_bytes",
         read: |c, v| {
             c.embedding_chunk_bytes = parse_positive_int(env::EMBEDDING_CHUNK_BYTES, v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: env::EMBEDDING_COMPUTE_TIMEOUT_SECS,
+        default: "derived: the lease TTL; `5` with the other defaults",
+        rule: "number > 0 and <= 3600",
+        python: "embedding_compute_timeout_secs",
+        read: |c, v| {
+            c.embedding_compute_timeout = Some(parse_secs(env::EMBEDDING_COMPUTE_TIMEOUT_SECS, v)?);
             Ok(())
         },
     },

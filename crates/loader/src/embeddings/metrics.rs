@@ -15,7 +15,8 @@ pub const NOT_STORED: &str = "mmcache_embedding_cache_not_stored_total";
 pub const ENTRIES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_ENTRIES;
 /// Weighed bytes held (gauge); label `tier`. Recorded by `mmcache_decode::EmbeddingStore`.
 pub const BYTES: &str = mmcache_decode::metrics::EMBEDDING_CACHE_BYTES;
-/// Computes run, by `outcome` (`ok`, `error`, `panic`, `cancelled`).
+/// Computes run, by `outcome` (`ok`, `error`, `panic`, `cancelled`, `timeout`: past
+/// `MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`).
 pub const COMPUTES: &str = "mmcache_embedding_computes_total";
 /// Callers that joined a compute already in flight.
 pub const COALESCED: &str = "mmcache_embedding_coalesced_total";
