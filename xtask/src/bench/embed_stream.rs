@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mmcache_loader::decode::{DEFAULT_EMBEDDING_CHUNK_BYTES, encode_value};
 use mmcache_loader::embeddings::EmbeddingKeyInput;
-use mmcache_loader::{Loader, Source};
+use mmcache_loader::{HedgeSettings, Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::RedisCluster;
@@ -33,9 +33,14 @@ pub(super) async fn image_hits_while_embeddings_stream(
         filler.load(u, None).await?;
     }
     filler.shutdown(Duration::from_secs(10)).await;
-    // No decoded cache: every image load is a shared hit.
+    // No decoded cache: every image load is a shared hit. No hedge: a GET slowed by the
+    // stream would race the (local, fast) origin, and a load the origin won is no shared hit;
+    // the row measures the GET itself.
+    let mut no_hedge = HedgeSettings::default();
+    no_hedge.enabled = false;
     let reader = worker(Some(&cluster.url()))
         .decoded_cache_entries(Some(0))
+        .shared_cache_hedge(no_hedge)
         .build()?;
 
     // Stored once; the streamer has no memory tier, so each of its calls reads every chunk.
