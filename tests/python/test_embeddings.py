@@ -521,3 +521,56 @@ def test_an_object_that_fakes_its_class_is_not_an_array():
     loader = mmcache.Loader()
     with pytest.raises(errors.EmbeddingTypeError, match="numpy array or a DLPack tensor"):
         run(loader.embeddings.get_or_compute("faker", compute, model=MODEL))
+
+
+def test_a_compute_past_the_deadline_is_a_408_for_every_waiter_and_is_cancelled():
+    loader = mmcache.Loader(embedding_compute_timeout_secs=0.3)
+    seen = {"cancelled": 0}
+
+    async def never():
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen["cancelled"] += 1
+            raise
+
+    async def main():
+        tasks = [
+            asyncio.create_task(loader.embeddings.get_or_compute("t", never, model=MODEL))
+            for _ in range(3)
+        ]
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        # The compute task is cancelled on its loop (bounded wait for the cancellation).
+        for _ in range(200):
+            if seen["cancelled"]:
+                break
+            await asyncio.sleep(0.01)
+        inflight = loader.embeddings.stats["inflight"]
+        retry = Counter(np.ones(4, dtype=np.float32))
+        fresh = await loader.embeddings.get_or_compute("t", retry, model=MODEL)
+        return outcomes, inflight, retry, fresh
+
+    outcomes, inflight, retry, fresh = run(main())
+    for o in outcomes:
+        assert isinstance(o, errors.EmbeddingTimeoutError), repr(o)
+        assert isinstance(o, TimeoutError) and isinstance(o, errors.EmbeddingError)
+        assert o.http_status == 408
+        assert "MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS" in str(o)
+    assert seen["cancelled"] == 1, "the compute task was cancelled once"
+    assert inflight == 0
+    assert retry.runs == 1 and fresh.source == "computed"
+
+
+def test_the_default_compute_deadline_leaves_a_normal_compute_alone():
+    loader = mmcache.Loader()
+
+    async def main():
+        slow = Counter(np.ones(4, dtype=np.float32))
+
+        async def compute():
+            await asyncio.sleep(0.2)
+            return await slow()
+
+        return await loader.embeddings.get_or_compute("d", compute, model=MODEL)
+
+    assert run(main()).source == "computed"

@@ -39,6 +39,7 @@ HIERARCHY = {
     "EmbeddingDeviceError": ("InvalidEmbeddingError",),
     "EmbeddingTooLargeError": ("EmbeddingError", "TooLargeError"),
     "EmbeddingComputeError": ("EmbeddingError",),
+    "EmbeddingTimeoutError": ("EmbeddingError", "TimeoutError"),
 }
 
 

@@ -61,6 +61,7 @@ CASES = {
     "embedding_fleet": (False, "0"),
     "embedding_max_value_bytes": (4 << 20, "4194304"),
     "embedding_chunk_bytes": (1 << 20, "1048576"),
+    "embedding_compute_timeout_secs": (2.5, "2.5"),
 }
 # Set with a temporary path or PEM bytes: checked in their own tests below.
 SPECIAL = {"disk_cache_dir", "shared_cache_tls_root_ca"}
@@ -77,7 +78,7 @@ def bases(keyword: str) -> tuple[dict, dict]:
 
 
 def test_every_setting_has_a_keyword_with_a_case_here():
-    assert len(_native.SETTINGS) == 44
+    assert len(_native.SETTINGS) == 45
     assert all(v.startswith(("DYN_MM_", "MMCACHE_")) for v in _native.SETTINGS.values())
     assert set(CASES) | SPECIAL == set(_native.SETTINGS)
 

@@ -7,7 +7,10 @@ logger, media) are stubbed: none of them is used for a PIL image.
 
     pip download --no-deps vllm==0.33.0 -d target/vllm && unzip target/vllm/*.whl \
         'vllm/multimodal/hasher.py' -d target/vllm
-    VLLM_SRC=target/vllm target/venv/bin/python tests/vllm/make_vllm_hashes.py
+    VLLM_SRC=target/vllm target/venv/bin/python tests/vllm/make_vllm_hashes.py [OUT]
+
+OUT defaults to the committed TSV. `cargo xtask test` (and `cargo xtask vllm-hashes`) does all
+of this into target/vllm and fails when the regenerated file differs from the committed one.
 """
 
 import importlib.util
@@ -64,8 +67,9 @@ def images():
 
 def main():
     hasher = load_hasher(os.environ.get("VLLM_SRC", "target/vllm"))
-    out = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "decode", "tests",
-                       "vllm_hashes.tsv")
+    committed = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "decode", "tests",
+                             "vllm_hashes.tsv")
+    out = sys.argv[1] if len(sys.argv) > 1 else committed
     with open(out, "w") as f:
         f.write("# png_hex\tvllm_blake3 (vLLM 0.33.0 MultiModalHasher.hash_kwargs('blake3', "
                 "image=Image.open(png).convert('RGB')))\n")

@@ -40,6 +40,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     ensure_prerequisites()?;
     let python = python_venv(VENV)?;
     let wheel = dynamo_wheel(&python)?;
+    // vLLM's own hasher regenerates our hash vectors (the Rust test below checks our digest
+    // against the committed ones).
+    crate::vllm_hashes::check(&python)?;
     // The fuzz workspace has a lock file of its own, which `cargo xtask fuzz` builds with
     // `--locked`: a change to our crates' dependencies must update it too. Checked here, in a
     // second, rather than at the end of CI.

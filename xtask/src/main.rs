@@ -12,6 +12,9 @@
 //!   time; fails on any crash or hang. Builds fuzz/, a workspace of its own, in `target/fuzz/`.
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
 //! - `bench-docs`: regenerate docs/benchmarks.md's table from docs/bench-results.json.
+//! - `vllm-hashes`: regenerate crates/decode/tests/vllm_hashes.tsv from vLLM's own hasher
+//!   (its 336 MB wheel) and fail on any difference, then test our digest on it; `test` runs
+//!   the same check.
 //! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
 //!   sources, and the MSRV check; `test` runs it too.
 //! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
@@ -26,6 +29,7 @@ mod fuzz;
 mod gate;
 mod package;
 mod svg;
+mod vllm_hashes;
 mod wheel;
 mod wheel_mask;
 
@@ -48,7 +52,8 @@ usage: cargo xtask <command>
                        the manylinux abi3 wheel into target/wheels; --test: install and test it
   bench-docs [--results FILE | --merge FILE] [--check]
                        regenerate docs/benchmarks.md's table from docs/bench-results.json
-  package              cargo package (verified), packaged doctests, MSRV check (run before a release)";
+  package              cargo package (verified), packaged doctests, MSRV check (run before a release)
+  vllm-hashes          regenerate the vLLM hash vectors from vLLM's wheel, fail on a difference";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -63,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         "cluster" => common::run_cluster(&rest),
         "wheel" => wheel::run(&rest),
         "package" => package::run(&rest),
+        "vllm-hashes" => vllm_hashes::run(&rest),
         "bench-docs" => bench_docs::run(&rest),
         "" | "-h" | "--help" | "help" => {
             println!("{USAGE}");

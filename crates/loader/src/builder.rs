@@ -218,6 +218,13 @@ impl LoaderBuilder {
         self
     }
 
+    /// Deadline of one embedding compute (`MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`); `None`
+    /// is 60 s (see [`Config::embedding_compute_timeout`]).
+    pub fn embedding_compute_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.embedding_compute_timeout = timeout;
+        self
+    }
+
     /// Decoded-cache entry cap (`Some(0)` turns the cache off).
     pub fn decoded_cache_entries(mut self, entries: Option<usize>) -> Self {
         self.config.decoded_cache_entries = entries;

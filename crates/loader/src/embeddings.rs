@@ -18,8 +18,11 @@
 //!   budget is returned but not stored. A budget of 0 stores nothing, but concurrent computes
 //!   of one key still join (the join costs nothing and saves an encoder run).
 //!
-//! The compute has no deadline of ours: bound it yourself (e.g. `tokio::time::timeout` inside
-//! the closure); waiters wait as long as it runs.
+//! - **Deadline** `MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS` (default: the lease TTL, 5 s): a
+//!   compute still running then is dropped, every waiter of its key gets
+//!   [`EmbeddingError::Timeout`] (408), a held lease is released, and the next call computes
+//!   again. The deadline covers the compute only, not the fleet lookups and lease wait before
+//!   it, which have bounds of their own.
 //!
 //! # Examples
 //!
@@ -109,8 +112,10 @@ pub struct EmbeddingLoaded {
 
 /// Why [`Embeddings::get_or_compute`] returned no embedding. Clone: every waiter of one
 /// compute gets the same error.
+///
+/// Exhaustive on purpose (not `#[non_exhaustive]`), as [`crate::Error`] is: the Python
+/// exception classes map every variant with a `match` the compiler checks.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum EmbeddingError {
     /// The compute returned an error (not cached: the next call computes again).
     #[error("embedding compute failed: {source}")]
@@ -128,6 +133,26 @@ pub enum EmbeddingError {
     /// The compute's task was cancelled (the runtime is shutting down).
     #[error("embedding compute was cancelled")]
     Cancelled,
+    /// The compute ran past its deadline (`MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`): it was
+    /// dropped, and every waiter of its key gets this error (408); not cached.
+    #[error(
+        "embedding compute did not finish within {after:?} (MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS)"
+    )]
+    Timeout {
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
+}
+
+impl EmbeddingError {
+    /// An HTTP status a worker can return: 408 for [`EmbeddingError::Timeout`] (as a load
+    /// past its deadline), else 500.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Timeout { .. } => 408,
+            Self::Compute { .. } | Self::Panicked { .. } | Self::Cancelled => 500,
+        }
+    }
 }
 
 type Outcome = Result<Embedding, EmbeddingError>;
@@ -136,6 +161,8 @@ type Published = Result<(Embedding, EmbeddingSource), EmbeddingError>;
 
 struct Shared {
     session_scoped: bool,
+    /// [`Config::embedding_compute_timeout`].
+    compute_timeout: std::time::Duration,
     store: EmbeddingStore,
     inflight: DashMap<[u8; 32], watch::Receiver<Option<Published>>>,
     fleet: Fleet,
@@ -169,6 +196,7 @@ impl Embeddings {
         Self {
             shared: Arc::new(Shared {
                 session_scoped: config.session_scoped,
+                compute_timeout: config.embedding_compute_timeout(),
                 store: EmbeddingStore::new(config.embedding_cache_bytes),
                 inflight: DashMap::new(),
                 fleet,
@@ -196,7 +224,8 @@ impl Embeddings {
     ///
     /// # Errors
     ///
-    /// [`EmbeddingError`]: the compute failed, panicked or was cancelled by a runtime shutdown.
+    /// [`EmbeddingError`]: the compute failed, panicked, ran past its deadline, or was
+    /// cancelled by a runtime shutdown.
     pub async fn get_or_compute<F, Fut, E>(
         &self,
         input: &EmbeddingKeyInput,
@@ -417,7 +446,8 @@ impl Shared {
     }
 }
 
-/// Runs `compute` in a task of its own, turning its error or panic into an [`EmbeddingError`].
+/// Runs `compute` in a task of its own within the compute deadline, turning its error, panic
+/// or lateness into an [`EmbeddingError`]; a late compute's task is aborted (its future dropped).
 async fn run<F, Fut, E>(shared: Arc<Shared>, compute: F) -> Outcome
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -426,12 +456,20 @@ where
 {
     let started = Instant::now();
     // The error is converted inside the task: `E` need not be `Send`, the box is.
-    let handle = tokio::spawn(async move {
+    let mut handle = tokio::spawn(async move {
         compute()
             .await
             .map_err(|e| Arc::<dyn StdError + Send + Sync>::from(e.into()))
     });
-    let (outcome, label) = match handle.await {
+    let after = shared.compute_timeout;
+    let Ok(joined) = tokio::time::timeout(after, &mut handle).await else {
+        handle.abort();
+        shared
+            .metrics
+            .computed(ComputeOutcome::Timeout, started.elapsed().as_secs_f64());
+        return Err(EmbeddingError::Timeout { after });
+    };
+    let (outcome, label) = match joined {
         Ok(Ok(embedding)) => (Ok(embedding), ComputeOutcome::Ok),
         Ok(Err(source)) => (
             Err(EmbeddingError::Compute { source }),

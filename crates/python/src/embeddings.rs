@@ -192,9 +192,10 @@ fn content_key_bytes(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Runs `compute()` on the caller's loop (`locals`) and converts what it returns.
+/// Runs `compute()` on the caller's loop (`locals`) and converts what it returns. Dropped
+/// before it finishes (the compute deadline aborts it), it cancels the Python task.
 async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding, PyErr> {
-    let started = tokio::task::spawn_blocking(move || {
+    let (started, task) = tokio::task::spawn_blocking(move || {
         Python::attach(|py| {
             let awaitable = compute.bind(py).call0()?;
             let inspect = py.import("inspect")?;
@@ -208,15 +209,44 @@ async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding
                         .to_owned(),
                 ));
             }
-            pyo3_async_runtimes::into_future_with_locals(&locals, awaitable)
+            let task = py
+                .import("mmcache.embeddings")?
+                .getattr("_Compute")?
+                .call1((awaitable, locals.event_loop(py)))?;
+            let started =
+                pyo3_async_runtimes::into_future_with_locals(&locals, task.call_method0("run")?)?;
+            Ok((started, task.unbind()))
         })
     })
     .await
     .map_err(join_error)??;
-    let value = started.await?;
+    let mut cancel = CancelOnDrop(Some(task));
+    let value = started.await;
+    cancel.0 = None;
+    let value = value?;
     tokio::task::spawn_blocking(move || Python::attach(|py| tensor::from_compute(value.bind(py))))
         .await
         .map_err(join_error)?
+}
+
+/// Cancels a compute's Python task (`mmcache.embeddings._Compute`) when dropped while set.
+struct CancelOnDrop(Option<Py<PyAny>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task) = self.0.take() else { return };
+        // The GIL is taken on a blocking thread, never on a runtime worker. Without a runtime
+        // (it is shutting down) the loop's own shutdown ends the task.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || {
+                Python::attach(|py| {
+                    if let Err(e) = task.bind(py).call_method0("cancel") {
+                        e.print(py);
+                    }
+                });
+            });
+        }
+    }
 }
 
 fn join_error(e: tokio::task::JoinError) -> PyErr {

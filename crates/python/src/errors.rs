@@ -86,6 +86,8 @@ classes! {
     EmbeddingTooLarge => "EmbeddingTooLargeError",
     /// A compute that panicked or was cancelled.
     EmbeddingCompute => "EmbeddingComputeError",
+    /// A compute past its deadline (`TimeoutError`).
+    EmbeddingTimeout => "EmbeddingTimeoutError",
 }
 
 /// The classes of `mmcache.errors`, indexed by `Class as usize`.
@@ -295,29 +297,35 @@ pub(crate) fn embedding_too_large(py: Python<'_>, message: String) -> PyErr {
 
 /// The Python exception for a failed `get_or_compute`: the compute's own exception, the
 /// same object for every waiter (a bad return value is one of ours, raised the same way);
-/// `EmbeddingComputeError` for a panic or a cancelled compute task.
+/// `EmbeddingComputeError` for a panic or a cancelled compute task; `EmbeddingTimeoutError`
+/// (408) for a compute past its deadline.
 pub(crate) fn embedding_error(
     py: Python<'_>,
     err: &mmcache_loader::embeddings::EmbeddingError,
 ) -> PyErr {
     use mmcache_loader::embeddings::EmbeddingError;
-    if let EmbeddingError::Compute { source } = err
-        && let Some(raised) = source.downcast_ref::<PyErr>()
-    {
-        // A compute task cancelled (its loop shut down, or its own code cancelled it) must not
-        // raise CancelledError in the other waiters: asyncio would take that for their own
-        // cancellation.
-        if raised.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
-            return raise(
-                py,
-                Class::EmbeddingCompute,
-                "the embedding compute was cancelled (its event loop stopped or cancelled \
-                 it); the next call computes again"
-                    .to_owned(),
-                500,
-            );
+    let class = match err {
+        EmbeddingError::Compute { source } => {
+            if let Some(raised) = source.downcast_ref::<PyErr>() {
+                // A compute task cancelled (its loop shut down, or its own code cancelled it)
+                // must not raise CancelledError in the other waiters: asyncio would take that
+                // for their own cancellation.
+                if raised.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
+                    return raise(
+                        py,
+                        Class::EmbeddingCompute,
+                        "the embedding compute was cancelled (its event loop stopped or \
+                         cancelled it); the next call computes again"
+                            .to_owned(),
+                        500,
+                    );
+                }
+                return raised.clone_ref(py);
+            }
+            Class::EmbeddingCompute
         }
-        return raised.clone_ref(py);
-    }
-    raise(py, Class::EmbeddingCompute, err.to_string(), 500)
+        EmbeddingError::Panicked { .. } | EmbeddingError::Cancelled => Class::EmbeddingCompute,
+        EmbeddingError::Timeout { .. } => Class::EmbeddingTimeout,
+    };
+    raise(py, class, err.to_string(), err.http_status())
 }

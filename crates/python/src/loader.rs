@@ -455,6 +455,10 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "embedding_fleet" => b.embedding_fleet(v.extract()?),
         "embedding_max_value_bytes" => b.embedding_max_value_bytes(v.extract()?),
         "embedding_chunk_bytes" => b.embedding_chunk_bytes(v.extract()?),
+        "embedding_compute_timeout_secs" => {
+            let timeout: Option<f64> = v.extract()?;
+            b.embedding_compute_timeout(timeout.map(|t| secs(name, t)).transpose()?)
+        }
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "Loader got an unexpected keyword argument '{name}'"

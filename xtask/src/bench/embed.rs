@@ -52,7 +52,7 @@ pub(super) async fn rows(
         rows.push(fleet_row(o, cluster, fleet).await?);
     }
     rows.push(large_shared_read(o, cluster).await?);
-    rows.push(super::embed_stream::image_hits_while_embeddings_stream(o, cluster, origin).await?);
+    rows.extend(super::embed_stream::image_hits_while_embeddings_stream(o, cluster, origin).await?);
     Ok(rows)
 }
 

@@ -93,6 +93,9 @@ pub const EMBEDDING_FLEET: &str = "MMCACHE_EMBEDDING_FLEET";
 pub const EMBEDDING_MAX_VALUE_BYTES: &str = "MMCACHE_EMBEDDING_MAX_VALUE_BYTES";
 /// Values over this many bytes go to the shared cache in chunks of this size.
 pub const EMBEDDING_CHUNK_BYTES: &str = "MMCACHE_EMBEDDING_CHUNK_BYTES";
+/// Deadline of one embedding compute in seconds, finite, > 0 and <= 3600. Default: the lease
+/// TTL (5 s with the defaults).
+pub const EMBEDDING_COMPUTE_TIMEOUT_SECS: &str = "MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS";
 
 /// Overall deadline of a load in seconds.
 pub const LOAD_TIMEOUT_SECS: &str = "MMCACHE_LOAD_TIMEOUT_SECS";

@@ -37,6 +37,12 @@ pub const DEFAULT_DECODE_WAIT: Duration = Duration::from_secs(30);
 /// default download cap allows (64 MiB) at once, so 64 concurrent downloads of 60 MB stay
 /// well under 1 GB of resident memory.
 pub const DEFAULT_DOWNLOAD_MEMORY_BYTES: u64 = 512 << 20;
+/// Default of [`Config::embedding_compute_timeout`]: 60 s. It only frees the waiters of a
+/// compute that hangs; a vision encoder takes tens of milliseconds to a few seconds even
+/// queued on a loaded GPU, so a healthy compute never meets it (a compute that fails the
+/// load of a request costs more than one that is slow). Waiters in other processes are bounded
+/// by the lease wait, not by this.
+pub const DEFAULT_EMBEDDING_COMPUTE_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the default load deadline adds to the origin timeout, the decode wait and the lease
 /// wait: DNS (bounded by the connect timeout), shared-cache round trips (bounded by their I/O
 /// timeout), disk-tier I/O and scheduling.
@@ -209,6 +215,9 @@ pub struct Config {
     pub embedding_max_value_bytes: u64,
     /// Chunk threshold and size of embedding values in the shared cache. Default 2 MiB.
     pub embedding_chunk_bytes: u64,
+    /// Deadline of one embedding compute. Default (and `None`):
+    /// [`DEFAULT_EMBEDDING_COMPUTE_TIMEOUT`]; see [`Config::embedding_compute_timeout`].
+    pub embedding_compute_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -237,6 +246,7 @@ impl Default for Config {
             embedding_fleet: true,
             embedding_max_value_bytes: mmcache_decode::DEFAULT_EMBEDDING_MAX_VALUE_BYTES,
             embedding_chunk_bytes: mmcache_decode::DEFAULT_EMBEDDING_CHUNK_BYTES,
+            embedding_compute_timeout: Some(DEFAULT_EMBEDDING_COMPUTE_TIMEOUT),
         }
     }
 }
@@ -255,6 +265,13 @@ impl Config {
             };
             self.origin_timeout + self.decode_wait + lease + LOAD_TIMEOUT_SLACK
         })
+    }
+
+    /// The deadline of one embedding compute: the one set, else
+    /// [`DEFAULT_EMBEDDING_COMPUTE_TIMEOUT`].
+    pub fn embedding_compute_timeout(&self) -> Duration {
+        self.embedding_compute_timeout
+            .unwrap_or(DEFAULT_EMBEDDING_COMPUTE_TIMEOUT)
     }
 
     /// Reads every variable of [`env`](mod@env) from the process environment over the defaults.

@@ -71,7 +71,7 @@ impl Section {
 }
 
 /// How many settings there are.
-pub(super) const COUNT: usize = 44;
+pub(super) const COUNT: usize = 45;
 
 /// The variable names of [`SETTINGS`], in order (what [`env::ALL`] is).
 pub(super) const fn names() -> [&'static str; COUNT] {
@@ -784,6 +784,28 @@ pub const SETTINGS: [Setting; COUNT] = [
         python_value: "int",
         read: |c, v| {
             c.embedding_chunk_bytes = parse_positive_int(env::EMBEDDING_CHUNK_BYTES, v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: env::EMBEDDING_COMPUTE_TIMEOUT_SECS,
+        section: Section::Own,
+        default: "`60`",
+        rule: "number > 0 and <= 3600",
+        doc: ": deadline of one embedding compute (`get_or_compute`'s closure or Python \
+            coroutine), from the moment it starts. At the deadline every caller waiting for that \
+            key gets a 408 (`EmbeddingError::Timeout`, Python `EmbeddingTimeoutError`), the \
+            compute is dropped (Rust) or its task cancelled (Python), the key leaves the \
+            in-flight map so the next call computes again, a held lease is released, and \
+            nothing is cached. It only frees the waiters of a compute that hangs: a vision \
+            encoder takes tens of milliseconds to a few seconds even queued on a loaded GPU, so \
+            a healthy compute never meets the default. Waiters in other processes are bounded \
+            by the lease wait; a compute that outlives the lease TTL may run a second time in \
+            another process",
+        python: "embedding_compute_timeout_secs",
+        python_value: "float seconds, or `None` (the default)",
+        read: |c, v| {
+            c.embedding_compute_timeout = Some(parse_secs(env::EMBEDDING_COMPUTE_TIMEOUT_SECS, v)?);
             Ok(())
         },
     },

@@ -308,6 +308,7 @@ fn a_bound_refused_after_parsing_echoes_the_value_as_given() {
         (env::DISK_CACHE_TIMEOUT_MS, "3600001"),
         (env::DECODE_WAIT_SECS, "1e19"),
         (env::LOAD_TIMEOUT_SECS, "3601"),
+        (env::EMBEDDING_COMPUTE_TIMEOUT_SECS, "3601"),
     ] {
         let err = with(&[(name, value)]).unwrap_err();
         let ConfigError::Invalid { value: got, .. } = &err else {
@@ -420,8 +421,9 @@ fn every_declared_bound_is_the_checked_bound() {
         checked += 1;
     }
     // The shared TTL, disk TTL, four timeouts, three ms durations, decode concurrency and
-    // wait, hedge maximum, disk timeout, load timeout, embedding chunk.
-    assert_eq!(checked, 15);
+    // wait, hedge maximum, disk timeout, load timeout, embedding chunk, embedding compute
+    // timeout.
+    assert_eq!(checked, 16);
 }
 
 #[test]
@@ -429,7 +431,7 @@ fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
     // The environment's parsers refuse 0 for these; a Config set in code (the builder, Python's
     // keywords) reaches `validate` with 0 and must be refused there too, naming the variable.
     type Set = fn(&mut Config);
-    let cases: [(&str, Set); 6] = [
+    let cases: [(&str, Set); 7] = [
         (env::SHARED_MAX_VALUE_BYTES, |c| {
             c.shared.max_value_bytes = 0
         }),
@@ -447,6 +449,9 @@ fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
         }),
         (env::SHARED_WRITE_BEHIND_QUEUE, |c| {
             c.shared.write_behind.max_queued = 0
+        }),
+        (env::EMBEDDING_COMPUTE_TIMEOUT_SECS, |c| {
+            c.embedding_compute_timeout = Some(Duration::ZERO)
         }),
     ];
     for (name, set) in cases {

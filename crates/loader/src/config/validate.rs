@@ -237,6 +237,16 @@ impl Config {
                 "a number of seconds > 0 and <= 3600",
             ));
         }
+        if let Some(d) = self
+            .embedding_compute_timeout
+            .filter(|d| d.is_zero() || *d > MAX_TIMEOUT)
+        {
+            return Err(given.invalid(
+                env::EMBEDDING_COMPUTE_TIMEOUT_SECS,
+                &secs(d),
+                "a number of seconds > 0 and <= 3600",
+            ));
+        }
         // The reason names the refused entry; the whole list may be long.
         let allowlist = DomainAllowlist::new(&self.allowed_media_domains).map_err(|reason| {
             ConfigError::invalid(

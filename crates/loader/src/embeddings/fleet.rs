@@ -396,10 +396,12 @@ impl Fleet {
         }
     }
 
-    /// Fetches a chunked value's chunks, [`CHUNK_READS`] at a time, each straight into its
-    /// place in one aligned buffer, then verifies the whole. A missing or stale chunk fails
-    /// the value (`Err(Some(..))`: delete it); a chunk the cache could not answer now (an
-    /// error, an open breaker) is a miss that deletes nothing (`Err(None)`).
+    /// Fetches a chunked value's chunks, [`CHUNK_READS`] at a time, then assembles them into
+    /// one aligned buffer and verifies the whole on the blocking pool: the copy and the
+    /// checksum of a 9 MB value take milliseconds of CPU, which on a runtime worker would
+    /// stall every task queued behind it (image GETs among them). A missing or stale chunk
+    /// fails the value (`Err(Some(..))`: delete it); a chunk the cache could not answer now
+    /// (an error, an open breaker) is a miss that deletes nothing (`Err(None)`).
     async fn read_chunks(
         &self,
         shared: &SharedCache,
@@ -425,7 +427,7 @@ impl Fleet {
         for _ in 0..CHUNK_READS {
             spawn_next(&mut set);
         }
-        let mut buf = ValueBuf::zeroed(m.total_len as usize);
+        let mut chunks = vec![Bytes::new(); m.count as usize];
         let mut got = 0;
         while let Some(r) = set.join_next().await {
             let (i, chunk) = match r {
@@ -436,21 +438,32 @@ impl Fleet {
                 // Not an answer about the chunk: the value may be whole.
                 _ => return Err(None),
             };
-            let range = m.chunk_range(i);
-            if chunk.len() != range.len() {
+            if chunk.len() != m.chunk_range(i).len() {
                 return Err(Some(truncated(got)));
             }
-            buf.as_mut_bytes()[range].copy_from_slice(&chunk);
             got += chunk.len();
+            chunks[i as usize] = chunk;
             spawn_next(&mut set);
         }
-        let value = buf.freeze();
-        if value[value.len() - 32..] != m.value_sum {
-            return Err(Some(WireError::Corrupt {
-                what: "chunk of another write",
-            }));
-        }
-        decode_value(&value, key, model, self.max_value).map_err(Some)
+        let (key, model, max) = (*key, model.to_owned(), self.max_value);
+        let assemble = move || {
+            let mut buf = ValueBuf::zeroed(m.total_len as usize);
+            for (i, chunk) in chunks.iter().enumerate() {
+                buf.as_mut_bytes()[m.chunk_range(i as u32)].copy_from_slice(chunk);
+            }
+            drop(chunks);
+            let value = buf.freeze();
+            if value[value.len() - 32..] != m.value_sum {
+                return Err(Some(WireError::Corrupt {
+                    what: "chunk of another write",
+                }));
+            }
+            decode_value(&value, &key, &model, max).map_err(Some)
+        };
+        // A blocking pool that cannot take the job (runtime shutting down): a miss.
+        tokio::task::spawn_blocking(assemble)
+            .await
+            .unwrap_or(Err(None))
     }
 }
 

@@ -50,7 +50,8 @@ pub const COMPUTES: Metric = Metric::new(
     Kind::Counter,
     "Embedding computes run, by outcome",
 )
-.labels(&[ComputeOutcome::LABEL]);
+.labels(&[ComputeOutcome::LABEL])
+.note("`timeout`: past `MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`");
 /// Compute duration in seconds; label `outcome` (as [`COMPUTES`]).
 pub const COMPUTE_DURATION: Metric = Metric::new(
     "mmcache_embedding_compute_duration_seconds",
@@ -172,6 +173,7 @@ mmcache_scope::label_values! {
         Error = "error",
         Panic = "panic",
         Cancelled = "cancelled",
+        Timeout = "timeout",
     }
 }
 

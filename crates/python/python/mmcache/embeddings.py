@@ -7,11 +7,15 @@
 float32, float16 or bfloat16, C-contiguous; or ``(array, metadata bytes)``. It runs on the
 event loop of the call that starts it, as a task of its own: concurrent callers (any loop,
 any thread) join it, and cancelling any of them cancels nothing. Its exception reaches every
-waiter as the same object and is not cached. See docs/embeddings.md.
+waiter as the same object and is not cached. Past ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS``
+(default 60 s) the task is cancelled and every waiter gets
+``EmbeddingTimeoutError`` (408). See docs/embeddings.md.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -85,3 +89,36 @@ def content_key(image: Any) -> ContentKey:
         "content_key() takes an image array returned by an mmcache load (or a view of one); "
         f"got {type(image).__name__}, which no load returned"
     )
+
+
+
+class _Compute:
+    """One compute's task, which the native module may cancel from any thread: it drives
+    ``awaitable`` on ``loop`` through :meth:`run`, and :meth:`cancel` cancels that task (at
+    the compute deadline)."""
+
+    def __init__(self, awaitable: Awaitable[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self._awaitable, self._loop = awaitable, loop
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+
+    async def run(self) -> Any:
+        self._task = asyncio.current_task()
+        if self._cancelled:
+            # Cancelled before its first step: the compute never starts.
+            if inspect.iscoroutine(self._awaitable):
+                self._awaitable.close()
+            raise asyncio.CancelledError
+        return await self._awaitable
+
+    def cancel(self) -> None:
+        """Thread-safe: cancels the task on its loop (nothing when the loop is closed)."""
+        try:
+            self._loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:
+            pass
+
+    def _cancel(self) -> None:
+        self._cancelled = True
+        if self._task is not None:
+            self._task.cancel()

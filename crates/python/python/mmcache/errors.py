@@ -125,3 +125,9 @@ class EmbeddingTooLargeError(EmbeddingError, TooLargeError):
 
 class EmbeddingComputeError(EmbeddingError):
     """The compute task panicked or was cancelled by a runtime shutdown (not cached)."""
+
+
+class EmbeddingTimeoutError(EmbeddingError, TimeoutError):
+    """The compute ran past ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`` (default 60 s):
+    408. Every caller waiting for the same key gets it, the compute task is cancelled,
+    and the next call computes again."""
