@@ -103,10 +103,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Downloads the ai-dynamo wheel (pip skips it when present) with `python`; returns its path.
-pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
+/// `pip download --no-deps spec` into `dir` with `python` (pip skips a file already there).
+pub(crate) fn pip_download(python: &str, spec: &str, dir: &str) -> anyhow::Result<()> {
     step(
-        "pip download --no-deps ai-dynamo==1.6.1",
+        &format!("pip download --no-deps {spec}"),
         Command::new(python).args([
             "-m",
             "pip",
@@ -115,10 +115,15 @@ pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
             "--disable-pip-version-check",
             "--no-deps",
             "-d",
-            DYNAMO_WHEEL_DIR,
-            "ai-dynamo==1.6.1",
+            dir,
+            spec,
         ]),
-    )?;
+    )
+}
+
+/// Downloads the ai-dynamo wheel (pip skips it when present) with `python`; returns its path.
+pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
+    pip_download(python, "ai-dynamo==1.6.1", DYNAMO_WHEEL_DIR)?;
     Ok(std::env::current_dir()?
         .join(DYNAMO_WHEEL_DIR)
         .join(DYNAMO_WHEEL))

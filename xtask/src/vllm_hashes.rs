@@ -13,7 +13,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::gate::{VENV, python_venv, step};
+use crate::gate::{VENV, pip_download, python_venv, step};
 
 /// The vLLM release whose hasher the vectors come from (as the TSV's header says).
 const VLLM: &str = "vllm==0.33.0";
@@ -43,20 +43,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// Downloads the wheel (pip skips it when present), regenerates the vectors with `python`
 /// and fails on any difference from the committed file.
 pub(crate) fn check(python: &str) -> anyhow::Result<()> {
-    step(
-        &format!("pip download --no-deps {VLLM}"),
-        Command::new(python).args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "-d",
-            DIR,
-            VLLM,
-        ]),
-    )?;
+    pip_download(python, VLLM, DIR)?;
     let wheel = wheel_in(Path::new(DIR))?;
     step(
         &format!("unzip {HASHER}"),

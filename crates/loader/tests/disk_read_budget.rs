@@ -3,6 +3,8 @@
 //! still gets its image (a bounded wait serves them all). A counting allocator measures the
 //! peak of live bytes; one decode at a time keeps the hits waiting with their bytes.
 
+mod common;
+
 use mmcache_loader::{Loader, Source, scope::CacheIdentity};
 use mmcache_test_support::alloc::{Counting, peak_since, start_peak};
 use mmcache_test_support::images;
@@ -50,22 +52,9 @@ async fn concurrent_disk_hits_stay_within_the_download_budget() {
     }
 
     let base = start_peak();
-    let tasks: Vec<_> = urls
-        .into_iter()
-        .map(|url| {
-            let loader = loader.clone();
-            // The image is dropped in the task: only the loads' own memory is measured.
-            tokio::spawn(async move { loader.load_detailed(&url, None).await.map(|l| l.source) })
-        })
-        .collect();
-    for t in tasks {
-        let source = t
-            .await
-            .unwrap()
-            .expect("every hit is served after a bounded wait");
-        assert_eq!(source, Source::Disk);
-    }
+    let sources = common::load_all_at_once(&loader, urls).await;
     let peak = peak_since(base);
+    assert!(sources.iter().all(|s| *s == Source::Disk), "{sources:?}");
     eprintln!(
         "peak of live allocations: {:.1} MiB",
         peak as f64 / MIB as f64

@@ -18,19 +18,6 @@ fn cluster() -> RedisCluster {
     RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster")
 }
 
-/// Keys matching `pattern` on every master (`KEYS` answers for one node only).
-fn all_keys(c: &RedisCluster, pattern: &str) -> Vec<String> {
-    (0..3)
-        .flat_map(|i| {
-            let out = c.cli(i, &["KEYS", pattern]).expect("KEYS");
-            out.lines()
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("mmcache-embf-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -160,7 +147,7 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
     }
     assert_eq!(chunks.len(), 5, "{chunks:?}");
     assert!(masters >= 2, "chunks all on one master");
-    let nothing = all_keys(&cluster, "dynamo:mm:image:*");
+    let nothing = cluster.keys_on_masters("dynamo:mm:image:*");
     assert!(nothing.is_empty(), "image key space touched: {nothing:?}");
     let b = with_cluster(&cluster).build().unwrap();
     let (e, source) = get(&b, "big", small(), &n).await;
@@ -277,7 +264,7 @@ async fn scoped_mode_without_a_scope_stores_nothing_and_scopes_never_share() {
         .await
         .unwrap();
     settled(l).await;
-    let keys = all_keys(&cluster, "mmcache:emb:v1:*");
+    let keys = cluster.keys_on_masters("mmcache:emb:v1:*");
     assert_eq!(keys.len(), 1, "{keys:?}");
     let other = with_cluster(&cluster).session_scoped(true).build().unwrap();
     let s2 = Scope::new("tenant-2").unwrap();
@@ -310,6 +297,6 @@ async fn the_off_switch_keeps_embeddings_in_memory() {
         .unwrap();
     get(&l, "k", small(), &n).await;
     settled(l).await;
-    let keys = all_keys(&cluster, "mmcache:emb:*");
+    let keys = cluster.keys_on_masters("mmcache:emb:*");
     assert!(keys.is_empty(), "{keys:?}");
 }

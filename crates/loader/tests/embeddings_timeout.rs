@@ -144,19 +144,6 @@ async fn the_default_deadline_leaves_a_slow_but_healthy_compute_alone() {
     assert_eq!(loader.embeddings().inflight(), 0);
 }
 
-/// Keys matching `pattern` on every master.
-fn all_keys(c: &RedisCluster, pattern: &str) -> Vec<String> {
-    (0..3)
-        .flat_map(|i| {
-            let out = c.cli(i, &["KEYS", pattern]).expect("KEYS");
-            out.lines()
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_compute_releases_its_fleet_lease_and_writes_nothing() {
     let cluster = RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster");
@@ -178,7 +165,7 @@ async fn a_timed_out_compute_releases_its_fleet_lease_and_writes_nothing() {
     });
     let mut held = false;
     for _ in 0..200 {
-        if !all_keys(&cluster, "mmcache:emb:v1:*:lease").is_empty() {
+        if !cluster.keys_on_masters("mmcache:emb:v1:*:lease").is_empty() {
             held = true;
             break;
         }
@@ -192,7 +179,7 @@ async fn a_timed_out_compute_releases_its_fleet_lease_and_writes_nothing() {
     assert_timeout("caller", got, deadline);
     let mut released = false;
     for _ in 0..200 {
-        if all_keys(&cluster, "mmcache:emb:v1:*:lease").is_empty() {
+        if cluster.keys_on_masters("mmcache:emb:v1:*:lease").is_empty() {
             released = true;
             break;
         }
@@ -200,7 +187,7 @@ async fn a_timed_out_compute_releases_its_fleet_lease_and_writes_nothing() {
     }
     assert!(released, "the lease was released at the deadline");
     assert!(
-        all_keys(&cluster, "mmcache:emb:v1:*").is_empty(),
+        cluster.keys_on_masters("mmcache:emb:v1:*").is_empty(),
         "a failure is never cached"
     );
     assert!(loader.shutdown(Duration::from_secs(20)).await);

@@ -3,6 +3,8 @@
 //! load still gets its image (a bounded wait serves them all). A counting allocator measures
 //! the peak of live bytes; one decode at a time keeps the hits waiting with their bytes.
 
+mod common;
+
 use std::time::Duration;
 
 use mmcache_loader::shared_cache::entry_key;
@@ -58,22 +60,9 @@ async fn concurrent_shared_hits_stay_within_the_download_budget() {
     assert!(loader.shared_cache().unwrap().connect().await);
 
     let base = start_peak();
-    let tasks: Vec<_> = urls
-        .into_iter()
-        .map(|url| {
-            let loader = loader.clone();
-            // The image is dropped in the task: only the loads' own memory is measured.
-            tokio::spawn(async move { loader.load_detailed(&url, None).await.map(|l| l.source) })
-        })
-        .collect();
-    for t in tasks {
-        let source = t
-            .await
-            .unwrap()
-            .expect("every hit is served after a bounded wait");
-        assert_eq!(source, Source::Shared);
-    }
+    let sources = common::load_all_at_once(&loader, urls).await;
     let peak = peak_since(base);
+    assert!(sources.iter().all(|s| *s == Source::Shared), "{sources:?}");
     eprintln!(
         "peak of live allocations: {:.1} MiB",
         peak as f64 / MIB as f64

@@ -28,6 +28,23 @@ impl RedisCluster {
         self.cli_at(self.nodes[i].addr(), args)
     }
 
+    /// Keys matching `pattern` on every master (`KEYS` answers for one node only).
+    ///
+    /// # Panics
+    ///
+    /// When a master does not answer.
+    pub fn keys_on_masters(&self, pattern: &str) -> Vec<String> {
+        (0..self.opts.masters)
+            .flat_map(|i| {
+                let out = self.cli(i, &["KEYS", pattern]).expect("KEYS");
+                out.lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Sends a command to any address with this cluster's TLS and password settings and
     /// returns its reply as text, the way `redis-cli` prints it to a pipe: strings as they are,
     /// integers in decimal, nil as nothing, array elements one a line, then a newline.
