@@ -300,3 +300,39 @@ async fn the_off_switch_keeps_embeddings_in_memory() {
     let keys = cluster.keys_on_masters("mmcache:emb:*");
     assert!(keys.is_empty(), "{keys:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedding_read_from_a_tier_holds_no_download_budget_while_cached() {
+    use mmcache_loader::Source;
+    use mmcache_test_support::{images, origin::Route, origin::TestOrigin};
+    let dir = scratch("budget");
+    let n = Arc::new(AtomicUsize::new(0));
+    // 1.5 MiB of f32, written to the disk tier by one loader.
+    let held = Embedding::from_f32(vec![384, 1024], vec![0.5; 384 * 1024]).unwrap();
+    let a = Loader::builder().disk_cache_dir(&dir).build().unwrap();
+    assert_eq!(
+        get(&a, "held", held.clone(), &n).await.1,
+        EmbeddingSource::Computed
+    );
+    settled(a).await;
+    // Read (and cached) by another whose bodies with a length may hold 2 MiB together.
+    let b = Loader::builder()
+        .disk_cache_dir(&dir)
+        .allow_internal(true)
+        .download_memory_bytes(4 << 20)
+        .build()
+        .unwrap();
+    let (e, source) = get(&b, "held", small(), &n).await;
+    assert_eq!((source, e), (EmbeddingSource::Disk, held));
+    // A 1 MB download fits only if the cached embedding gave its read's reservation back:
+    // otherwise it waits the whole decode wait (default 30 s) and fails with 503.
+    let origin = TestOrigin::start();
+    origin.set("/noise.png", Route::ok(images::noise_png(600, 580, 7)));
+    let loaded = b
+        .load_detailed(&origin.url("/noise.png"), None)
+        .await
+        .expect("the download finds its budget free");
+    assert_eq!(loaded.source, Source::Origin);
+    assert_eq!(n.load(Ordering::SeqCst), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
