@@ -237,6 +237,26 @@ impl Embedding {
         Self::checked(dtype, shape, storage)
     }
 
+    /// A copy in an allocation of its own, metadata included: what a tier read is cached as,
+    /// so the buffer it was read into (and the download-budget reservation that buffer holds)
+    /// is released once the read is done, not kept as long as the entry stays cached.
+    pub fn detached(&self) -> Embedding {
+        let mut storage = match self.dtype {
+            DType::F32 => Storage::F32(vec![0.0; self.data.len() / 4]),
+            DType::F16 | DType::BF16 => Storage::U16(vec![0; self.data.len() / 2]),
+        };
+        match &mut storage {
+            Storage::F32(v) => bytemuck::cast_slice_mut(v).copy_from_slice(&self.data),
+            Storage::U16(v) => bytemuck::cast_slice_mut(v).copy_from_slice(&self.data),
+        }
+        Embedding {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            data: Bytes::from_owner(storage),
+            metadata: self.metadata.as_deref().map(Bytes::copy_from_slice),
+        }
+    }
+
     /// The same tensor carrying `metadata` (at most [`MAX_EMBEDDING_METADATA_BYTES`]).
     ///
     /// # Errors

@@ -327,11 +327,12 @@ impl Fleet {
             self.m.miss(FleetTier::Disk);
             return None;
         };
-        // Used in place when the read's buffer is aligned (it is, from the allocator).
+        // Decoded in place, then copied out: the read's buffer holds a download-budget
+        // reservation, which must not stay taken as long as the entry stays cached.
         match decode_value(&bytes, key, model, self.max_value) {
             Ok(e) => {
                 self.m.hit(FleetTier::Disk, bytes.len());
-                Some(e)
+                Some(e.detached())
             }
             Err(err) => {
                 self.bad(FleetTier::Disk, &err);
@@ -377,7 +378,11 @@ impl Fleet {
         let decoded = if Manifest::looks_like(&value) {
             self.read_chunks(shared, key, model, &value).await
         } else {
-            decode_value(&value, key, model, self.max_value).map_err(Some)
+            // Copied out of the read's buffer, which holds a download-budget reservation (an
+            // assembled chunked value is in a buffer of its own already).
+            decode_value(&value, key, model, self.max_value)
+                .map(|e| e.detached())
+                .map_err(Some)
         };
         match decoded {
             Ok(e) => {
