@@ -265,6 +265,12 @@ impl DiskCache {
         self.inner.status.is_enabled()
     }
 
+    /// Whether a write of `len` bytes would be attempted: the tier is on and `len` within its
+    /// entry cap. A caller that must copy its bytes to write them asks first.
+    pub fn takes(&self, len: usize) -> bool {
+        self.enabled() && len > 0 && len as u64 <= self.inner.config.max_entry_bytes
+    }
+
     /// The folder `v1/<sub...>` of the directory, opened by handle without following links.
     fn open_dirs(&self, sub: &[&str], create: bool) -> FsResult<OwnedFd> {
         let owners = &self.inner.owners;

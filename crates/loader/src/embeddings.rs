@@ -18,7 +18,7 @@
 //!   budget is returned but not stored. A budget of 0 stores nothing, but concurrent computes
 //!   of one key still join (the join costs nothing and saves an encoder run).
 //!
-//! - **Deadline** `MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS` (default: the lease TTL, 5 s): a
+//! - **Deadline** `MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS` (default 60 s): a
 //!   compute still running then is dropped, every waiter of its key gets
 //!   [`EmbeddingError::Timeout`] (408), a held lease is released, and the next call computes
 //!   again. The deadline covers the compute only, not the fleet lookups and lease wait before

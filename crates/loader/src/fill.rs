@@ -213,7 +213,8 @@ impl Inner {
 
     /// A copy of `bytes` for the disk write, in the write memory; `None` without a disk tier.
     fn disk_copy(&self, bytes: &Bytes) -> Option<Bytes> {
-        self.disk.as_ref()?;
+        // No copy (and no write memory taken) for a write the tier would not make.
+        self.disk.as_ref().filter(|d| d.takes(bytes.len()))?;
         self.write_memory.copy(bytes)
     }
 

@@ -58,7 +58,7 @@ pub const SKIPPED: Metric = Metric::new(
     "Shared image cache operations not attempted",
 )
 .labels(&[Op::LABEL, SkipReason::LABEL])
-.note("`no_memory`: a GET not made, no room in the download budget within its wait");
+.note("`no_memory`: the value not read: its length (and first step) came back, but no room for it in the download budget within the wait");
 /// Breaker transitions; labels `from` and `to`.
 pub const BREAKER_TRANSITIONS: Metric = Metric::new(
     "mmcache_shared_cache_breaker_transitions_total",

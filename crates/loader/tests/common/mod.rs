@@ -4,7 +4,7 @@ use mmcache_loader::{Loader, Source};
 
 /// Loads every URL at once, each in a task of its own that drops the image (so only the
 /// loads' own memory is live), and returns where each came from; any failed load panics.
-pub async fn load_all_at_once(loader: &Loader, urls: Vec<String>) -> Vec<Source> {
+pub(crate) async fn load_all_at_once(loader: &Loader, urls: Vec<String>) -> Vec<Source> {
     let tasks: Vec<_> = urls
         .into_iter()
         .map(|url| {
