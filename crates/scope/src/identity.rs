@@ -1,7 +1,7 @@
 //! [`CacheIdentity`]: the key of one image in every cache.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::{Scope, dynamo_url_key, sha256_hex};
@@ -17,7 +17,7 @@ use crate::{Scope, dynamo_url_key, sha256_hex};
 pub struct CacheIdentity(Arc<Key>);
 
 struct Key {
-    key: Box<str>,
+    key: String,
     /// Built by [`CacheIdentity::scoped`]: `key` starts with the 64-character scope digest.
     scoped: bool,
     sha256_hex: OnceLock<String>,
@@ -43,7 +43,7 @@ impl CacheIdentity {
 
     fn new(key: String, scoped: bool) -> Self {
         Self(Arc::new(Key {
-            key: key.into_boxed_str(),
+            key,
             scoped,
             sha256_hex: OnceLock::new(),
             blake3: OnceLock::new(),
@@ -76,7 +76,7 @@ impl CacheIdentity {
     /// name of the disk tier's entry and lock.
     pub fn sha256_hex(&self) -> &str {
         self.0.sha256_hex.get_or_init(|| {
-            DIGESTS_COMPUTED.fetch_add(1, Ordering::Relaxed);
+            count_digest();
             sha256_hex(self.0.key.as_bytes())
         })
     }
@@ -85,21 +85,32 @@ impl CacheIdentity {
     /// loads in flight, disk fill locks).
     pub fn digest(&self) -> [u8; 32] {
         *self.0.blake3.get_or_init(|| {
-            DIGESTS_COMPUTED.fetch_add(1, Ordering::Relaxed);
+            count_digest();
             *blake3::hash(self.0.key.as_bytes()).as_bytes()
         })
     }
 
-    /// How many identity digests (SHA-256 or blake3) this process has computed: what tests
-    /// count to hold a load to hashing its identity once per digest.
+    /// How many identity digests (SHA-256 or blake3) this process has computed since the
+    /// first call of this function, which starts the count: what tests count to hold a load
+    /// to hashing its identity once per digest.
     #[doc(hidden)]
     pub fn digests_computed() -> u64 {
+        COUNTING.store(true, Ordering::Relaxed);
         DIGESTS_COMPUTED.load(Ordering::Relaxed)
     }
 }
 
-/// Identity digests computed so far (see [`CacheIdentity::digests_computed`]).
+/// Whether digests are counted: off until a test asks, so a memory hit (one digest each)
+/// never writes a process-wide cache line that every core's hits would contend for.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+/// Identity digests computed while counting (see [`CacheIdentity::digests_computed`]).
 static DIGESTS_COMPUTED: AtomicU64 = AtomicU64::new(0);
+
+fn count_digest() {
+    if COUNTING.load(Ordering::Relaxed) {
+        DIGESTS_COMPUTED.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 // Compared and hashed as the identity string and its mode: the digests follow from them.
 impl PartialEq for CacheIdentity {
