@@ -264,7 +264,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
-            "embed" => rt.block_on(embed::rows(&o, &cluster, &origin))?,
+            "embed" => rt.block_on(async {
+                let mut rows = embed::rows(&o, &cluster).await?;
+                rows.extend(
+                    embed_stream::image_hits_while_embeddings_stream(&o, &cluster, &origin).await?,
+                );
+                anyhow::Ok(rows)
+            })?,
             _ => rt.block_on(fleet::zipf(&o, &cluster))?,
         };
         for r in &new_rows {

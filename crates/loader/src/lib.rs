@@ -86,6 +86,7 @@ mod error;
 mod fill;
 mod hedge;
 mod inner;
+mod metric_labels;
 pub mod metrics;
 mod write_memory;
 

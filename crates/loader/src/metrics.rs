@@ -13,6 +13,8 @@ use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
 use crate::Source;
 
+pub(crate) use crate::metric_labels::PerLabel;
+pub use crate::metric_labels::{BypassReason, Outcome};
 pub use metrics_exporter_prometheus as prometheus;
 pub use mmcache_shared_cache::metrics as shared_cache;
 
@@ -204,11 +206,6 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 ];
 
 mmcache_scope::label_values! {
-    /// The `outcome` label of [`LOADS`] and [`ORIGIN_FETCH_DURATION`].
-    pub enum Outcome: "outcome" { Ok = "ok", Error = "error" }
-}
-
-mmcache_scope::label_values! {
     /// The `linkage` label of [`LIBJPEG_TURBO_INFO`].
     pub enum Linkage: "linkage" { Vendored = "vendored", RunTime = "run-time" }
 }
@@ -220,11 +217,6 @@ mmcache_scope::label_values! {
         Timeout = "timeout",
         OverBudget = "over_budget",
     }
-}
-
-mmcache_scope::label_values! {
-    /// The `reason` label of [`BYPASSES`].
-    pub enum BypassReason: "reason" { NoScope = "no_scope" }
 }
 
 mmcache_scope::label_values! {
@@ -275,26 +267,6 @@ pub fn describe() {
             Kind::Gauge => r.describe_gauge(key, unit, help),
             Kind::Histogram => r.describe_histogram(key, unit, help),
         });
-    }
-}
-
-/// One handle per value of a label enum, resolved when built.
-pub(crate) struct PerLabel<T>(Vec<T>);
-
-impl<T> PerLabel<T> {
-    pub(crate) fn new<E: Copy>(all: &[E], make: impl Fn(E) -> T) -> Self {
-        Self(all.iter().map(|e| make(*e)).collect())
-    }
-
-    /// The handle of `value` (`value as usize` indexes the enum's `ALL`).
-    pub(crate) fn get(&self, index: usize) -> &T {
-        &self.0[index]
-    }
-}
-
-impl<T> std::fmt::Debug for PerLabel<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PerLabel").finish_non_exhaustive()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Embedding scenarios of `cargo xtask bench` (`embed`): the cost of a memory hit, 64
 //! concurrent calls for one key, and encoder calls per image across several loaders with and
-//! without the fleet tiers, a large read through the shared tier, and image hits while large
-//! embeddings stream (embed_stream.rs).
+//! without the fleet tiers, and a large read through the shared tier. Image hits while large
+//! embeddings stream are embed_stream.rs's row, run after these.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput};
-use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::RedisCluster;
 
 use super::{Measure, Opts, Row, worker};
@@ -42,17 +41,13 @@ fn encoder(
     }
 }
 
-pub(super) async fn rows(
-    o: &Opts,
-    cluster: &RedisCluster,
-    origin: &TestOrigin,
-) -> anyhow::Result<Vec<Row>> {
+/// The embedding rows but the stream's (embed_stream.rs, which builds on this file's helpers).
+pub(super) async fn rows(o: &Opts, cluster: &RedisCluster) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![memory_hit(o).await?, one_key(o).await?];
     for fleet in [false, true] {
         rows.push(fleet_row(o, cluster, fleet).await?);
     }
     rows.push(large_shared_read(o, cluster).await?);
-    rows.extend(super::embed_stream::image_hits_while_embeddings_stream(o, cluster, origin).await?);
     Ok(rows)
 }
 

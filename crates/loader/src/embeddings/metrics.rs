@@ -6,7 +6,7 @@ use mmcache_decode::WireErrorKind;
 use mmcache_decode::metrics::MemoryTier;
 use mmcache_scope::metric::{Kind, Metric, Unit};
 
-use crate::metrics::PerLabel;
+use crate::metric_labels::PerLabel;
 
 /// Lookups that found an entry; label `tier`.
 pub const HITS: Metric = Metric::new(
@@ -73,7 +73,7 @@ pub const BYPASSES: Metric = Metric::new(
     Kind::Counter,
     "Embedding calls that bypassed every cache",
 )
-.labels(&[crate::metrics::BypassReason::LABEL]);
+.labels(&[crate::metric_labels::BypassReason::LABEL]);
 /// Bytes read from a fleet tier in values that verified; label `tier`.
 pub const READ_BYTES: Metric = Metric::new(
     "mmcache_embedding_cache_read_bytes_total",
@@ -96,7 +96,7 @@ pub const WRITES: Metric = Metric::new(
     Kind::Counter,
     "Embedding values written to a fleet tier",
 )
-.labels(&[FleetTier::LABEL, crate::metrics::Outcome::LABEL]);
+.labels(&[FleetTier::LABEL, crate::metric_labels::Outcome::LABEL]);
 /// Values refused on read and deleted from their tier; labels `tier`, `reason`.
 pub const DELETED: Metric = Metric::new(
     "mmcache_embedding_cache_deleted_total",
@@ -260,7 +260,7 @@ impl Handles {
             coalesced: ::metrics::counter!(COALESCED.name),
             bypasses: ::metrics::counter!(
                 BYPASSES.name,
-                "reason" => crate::metrics::BypassReason::NoScope.as_str()
+                "reason" => crate::metric_labels::BypassReason::NoScope.as_str()
             ),
             computes: PerLabel::new(
                 ComputeOutcome::ALL,
@@ -298,7 +298,7 @@ pub(crate) struct FleetMetrics {
 
 impl FleetMetrics {
     pub(crate) fn new() -> Self {
-        use crate::metrics::Outcome;
+        use crate::metric_labels::Outcome;
         let per_tier = |name: &'static str| {
             PerLabel::new(
                 FleetTier::ALL,
