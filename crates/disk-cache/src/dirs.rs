@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use crate::fsops::{self, FsError, FsResult, Owners};
-use crate::{DiskCache, Found, metrics};
+use crate::{DiskCache, Found, ReadHold, metrics};
 
 /// The soft limit on open files from which the shard folders' handles are kept.
 pub(crate) const KEEP_SHARDS_FROM: u64 = 4096;
@@ -158,10 +158,17 @@ impl DiskCache {
             return Ok(Found::Miss); // empty, or over this worker's cap
         }
         let len = usize::try_from(st.st_size).unwrap_or(0);
-        if self.inner.read_memory.get().is_some() {
-            return Ok(Found::Open(file, len)); // read once its memory is reserved
-        }
-        self.read_file(&mut file, len)
-            .map(|v| v.map_or(Found::Miss, |v| Found::Hit(v.into())))
+        let hold: Option<ReadHold> = match self.inner.read_memory.get() {
+            None => None,
+            Some((_, now)) => match now(len as u64) {
+                Some(hold) => Some(hold),
+                None => return Ok(Found::Open(file, len)), // read once its memory is reserved
+            },
+        };
+        self.read_file(&mut file, len).map(|v| match (v, hold) {
+            (None, _) => Found::Miss,
+            (Some(v), Some(hold)) => Found::Hit(hold(v)),
+            (Some(v), None) => Found::Hit(v.into()),
+        })
     }
 }

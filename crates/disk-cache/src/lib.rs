@@ -111,6 +111,10 @@ pub type ReadMemory = Arc<
         + Sync,
 >;
 
+/// The same memory taken at once or not at all (`None`: no room now): tried first, inside
+/// the blocking operation that opened the entry, so a hit with room reads in that one trip.
+pub type TryReadMemory = Arc<dyn Fn(u64) -> Option<ReadHold> + Send + Sync>;
+
 /// What [`ReadMemory`] returns: wraps the bytes read so that they hold the reservation.
 pub type ReadHold = Box<dyn FnOnce(Vec<u8>) -> Bytes + Send>;
 
@@ -130,7 +134,7 @@ struct Inner {
     /// Test seam: runs before each read's I/O (see [`DiskCache::inject_read_stall`]).
     read_stall: std::sync::Mutex<Option<Stall>>,
     /// Where reads reserve their bytes (see [`DiskCache::set_read_memory`]).
-    read_memory: std::sync::OnceLock<ReadMemory>,
+    read_memory: std::sync::OnceLock<(ReadMemory, TryReadMemory)>,
     /// Test seam: runs before each write's I/O (see [`DiskCache::inject_write_stall`]).
     write_stall: std::sync::Mutex<Option<Stall>>,
 }
@@ -215,11 +219,13 @@ impl DiskCache {
         }
     }
 
-    /// Makes every entry read reserve its bytes in `memory` first (set once; later calls are
-    /// ignored). The length comes from `fstat`; the reservation is taken between the open and
-    /// the read, off the blocking pool, so a wait for memory holds no disk permit.
-    pub fn set_read_memory(&self, memory: ReadMemory) {
-        let _ = self.inner.read_memory.set(memory);
+    /// Makes every entry read reserve its bytes first (set once; later calls are ignored).
+    /// The length comes from `fstat`. `now` is tried in the blocking operation that opened
+    /// the entry, which then reads it too; when it has no room, `memory` is waited for off
+    /// the blocking pool (so a wait for memory holds no disk permit), then the entry is read
+    /// in a second operation.
+    pub fn set_read_memory(&self, memory: ReadMemory, now: TryReadMemory) {
+        let _ = self.inner.read_memory.set((memory, now));
     }
 
     /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
@@ -384,7 +390,7 @@ impl DiskCache {
     /// blocking operation, under the same deadline, permits and breaker). `None`: not read
     /// (no memory, or the read failed), counted here.
     async fn read_open(&self, mut file: std::fs::File, len: usize) -> Option<Found> {
-        let memory = self.inner.read_memory.get()?;
+        let (memory, _) = self.inner.read_memory.get()?;
         let Some(hold) = memory(len as u64).await else {
             self.read_outcome(metrics::ReadOutcome::NoMemory);
             return None;

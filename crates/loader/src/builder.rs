@@ -365,7 +365,8 @@ impl LoaderBuilder {
         );
         let disk = config.disk_cache_config().map(|c| {
             let disk = mmcache_disk_cache::DiskCache::new(c);
-            disk.set_read_memory(crate::config::disk_read_memory(&download_budget));
+            let (wait, now) = crate::config::disk_read_memory(&download_budget);
+            disk.set_read_memory(wait, now);
             disk
         });
         let decoded = DecodedCache::with_max_pixels(

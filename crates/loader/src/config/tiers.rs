@@ -66,16 +66,28 @@ impl Config {
     }
 }
 
-/// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]).
-pub(crate) fn disk_read_memory(budget: &DownloadBudget) -> mmcache_disk_cache::ReadMemory {
-    let budget = budget.clone();
-    Arc::new(move |len| {
-        let budget = budget.clone();
+/// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]):
+/// taken at once when there is room, else waited for.
+pub(crate) fn disk_read_memory(
+    budget: &DownloadBudget,
+) -> (
+    mmcache_disk_cache::ReadMemory,
+    mmcache_disk_cache::TryReadMemory,
+) {
+    let waiting = budget.clone();
+    let wait: mmcache_disk_cache::ReadMemory = Arc::new(move |len| {
+        let budget = waiting.clone();
         Box::pin(async move {
             let reservation = budget.reserve(len).await.ok()?;
             Some(Box::new(move |v| reservation.hold(v)) as mmcache_disk_cache::ReadHold)
         })
-    })
+    });
+    let budget = budget.clone();
+    let now: mmcache_disk_cache::TryReadMemory = Arc::new(move |len| {
+        let reservation = budget.try_reserve(len)?;
+        Some(Box::new(move |v| reservation.hold(v)) as mmcache_disk_cache::ReadHold)
+    });
+    (wait, now)
 }
 
 /// Shared-cache reads reserved in the download budget; their first steps (made before the
