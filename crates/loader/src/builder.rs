@@ -312,6 +312,15 @@ impl LoaderBuilder {
         let checked = config.check(&Default::default())?;
         let download_budget = config.download_budget();
         let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
+        let cached = config.shared.enabled || config.disk.dir.is_some();
+        if cached && config.max_file_size_bytes > write_memory.capacity() {
+            tracing::warn!(
+                largest_written = write_memory.capacity(),
+                "images larger than a quarter of MMCACHE_DOWNLOAD_MEMORY_BYTES are downloaded \
+                 but never written to the disk tier or the shared cache; raise the budget to \
+                 four times DYN_MM_MAX_FILE_SIZE_MB to cache every image"
+            );
+        }
         let origin = Origin::new(config.origin_config(checked.allowlist, &download_budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
         let shared = match config.shared_cache_config(&download_budget) {

@@ -29,8 +29,7 @@ impl WriteMemory {
         }
     }
 
-    /// The most the writes may hold together.
-    #[cfg(test)]
+    /// The most the writes may hold together (and so the largest value a cache write takes).
     pub(crate) fn capacity(&self) -> u64 {
         self.allowance.max_reservation()
     }

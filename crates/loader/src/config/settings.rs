@@ -719,7 +719,11 @@ pub const SETTINGS: [Setting; COUNT] = [
             cores): peak RSS 497 MiB, all 64 values read and every load answered (415: not an \
             image); before these reads were budgeted the same run peaked at 439 MiB with no \
             value read (all 64 GETs, pipelined at once, failed at the I/O deadline) and 33 loads \
-            failed with 408",
+            failed with 408. A value larger than the write allowance is never written to a \
+            cache tier (a warning at start says so when `DYN_MM_MAX_FILE_SIZE_MB` allows such \
+            values). A budget that stays full makes a load wait for it at each tier in turn \
+            (disk, shared cache, origin), so such a load can reach the load deadline and fail \
+            with 408 rather than 503",
         python: "download_memory_bytes",
         python_value: "int",
         read: |c, v| {
