@@ -73,18 +73,7 @@ async fn downloads() -> anyhow::Result<()> {
             .collect();
         reset_peak();
         let started = Instant::now();
-        let tasks: Vec<_> = urls
-            .iter()
-            .map(|url| {
-                let (loader, url) = (loader.clone(), url.clone());
-                tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
-            })
-            .collect();
-        let mut statuses = std::collections::BTreeMap::new();
-        for t in tasks {
-            let status = t.await?.map_or_else(|e| e.http_status(), |_| 200);
-            *statuses.entry(status).or_insert(0) += 1;
-        }
+        let statuses = load_all_at_once(&loader, &urls).await?;
         println!(
             "{LOADS} concurrent 60 MB non-image bodies ({}): statuses {statuses:?} in {:.1} s, peak RSS {} MiB",
             if chunked { "chunked" } else { "Content-Length" },
@@ -129,18 +118,7 @@ async fn shared() -> anyhow::Result<()> {
     println!("baseline peak RSS: {} MiB", peak_rss_mib());
     reset_peak();
     let started = Instant::now();
-    let tasks: Vec<_> = urls
-        .iter()
-        .map(|url| {
-            let (loader, url) = (loader.clone(), url.clone());
-            tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
-        })
-        .collect();
-    let mut statuses = std::collections::BTreeMap::new();
-    for t in tasks {
-        let status = t.await?.map_or_else(|e| e.http_status(), |_| 200);
-        *statuses.entry(status).or_insert(0) += 1;
-    }
+    let statuses = load_all_at_once(&loader, &urls).await?;
     let hits = loader.shared_cache().map_or(0, |c| c.stats().get_hits);
     println!(
         "{LOADS} concurrent shared hits of 60 MB non-image values: statuses {statuses:?} in {:.1} s, \
@@ -264,4 +242,25 @@ async fn main() -> anyhow::Result<()> {
         in_child("shared")?;
     }
     Ok(())
+}
+
+/// Loads every URL at once, each in a task of its own, and counts the loads by HTTP status
+/// (200 for an image).
+async fn load_all_at_once(
+    loader: &Loader,
+    urls: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<u16, usize>> {
+    let tasks: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let (loader, url) = (loader.clone(), url.clone());
+            tokio::spawn(async move { loader.load(&url, None).await.map(|i| i.byte_len()) })
+        })
+        .collect();
+    let mut statuses = std::collections::BTreeMap::new();
+    for t in tasks {
+        let status = t.await?.map_or_else(|e| e.http_status(), |_| 200);
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    Ok(statuses)
 }
