@@ -63,23 +63,13 @@ mod write;
 
 pub mod metrics;
 
-use std::time::Duration;
-
 pub use cache::{CLOCK_SKEW, DiskCache, ReadHold, ReadMemory, Stall, TryReadMemory, entry_path};
-pub use config::{DiskCacheConfig, DiskCacheStats, group_id};
+pub use config::{
+    DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
+    DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, group_id,
+};
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};
 pub use named::EntryName;
 pub use sweep::SWEEP_INTERVAL;
 pub use trust::{DiskStatus, Refusal};
-
-/// Default byte budget: 10 GiB.
-pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
-/// Default entry TTL: one hour, as the shared cache's.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
-/// Default largest entry read or written: 64 MiB, as a download.
-pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 64 << 20;
-/// Default deadline of one disk operation (a read, a write, one lock attempt).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default cap on blocking disk operations running at once (per cache).
-pub const DEFAULT_MAX_BLOCKING_OPS: usize = 16;
