@@ -85,6 +85,13 @@ impl DiskCache {
         }
     }
 
+    /// Writes `digest`'s entry: a new file in `v1/tmp`, renamed into its shard folder.
+    ///
+    /// Not the `tempfile` crate: it creates, renames (`persist`) and removes its file by path,
+    /// so each of those calls resolves the path's folders by name again. Here the folders are
+    /// opened one level at a time without following links and judged (`open_dirs`), and the
+    /// file is made and renamed relative to those handles (`openat`, `renameat`): a folder
+    /// swapped for a link after it was judged is never followed.
     fn write(&self, digest: &str, bytes: &[u8]) -> FsResult<()> {
         let owners = &self.inner.owners;
         let tmp_dir = self.open_dirs(&["tmp"], true)?;
