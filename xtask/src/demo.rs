@@ -33,7 +33,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     // The shared-cache phase needs redis-server: install it where we can (root + apt-get);
     // otherwise the demo still runs its first phase and says how to get the second.
-    if let Err(e) = crate::gate::ensure_prerequisites() {
+    if let Err(e) = crate::setup::ensure_prerequisites() {
         eprintln!("note: {e:#}");
     }
     let metrics = common::install_metrics()?;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use crate::gate::step;
+use crate::setup::step;
 
 /// The cargo-afl release the fuzz crate's `afl` dependency matches (fuzz/Cargo.toml).
 const CARGO_AFL_VERSION: &str = "0.18.2";
@@ -300,9 +300,9 @@ fn print_table(reports: &[Report]) {
 /// missing and running as root (as `cargo xtask test` installs its packages); otherwise the
 /// error says the exact commands.
 fn ensure_prerequisites() -> anyhow::Result<()> {
-    crate::gate::ensure_debian_packages(&[
-        (crate::gate::have("command -v make"), "make"),
-        (crate::gate::have("command -v cc"), "gcc"),
+    crate::setup::ensure_debian_packages(&[
+        (crate::setup::have("command -v make"), "make"),
+        (crate::setup::have("command -v cc"), "gcc"),
         // Optional for the targets (pure-Rust JPEG without it), but then the libjpeg-turbo
         // path goes unfuzzed.
         (libjpeg_turbo_loads(), "libturbojpeg0"),
@@ -311,7 +311,7 @@ fn ensure_prerequisites() -> anyhow::Result<()> {
     let wanted = format!("cargo-afl {CARGO_AFL_VERSION}");
     if !version.starts_with(&wanted) {
         let install = format!("cargo install cargo-afl --locked --version {CARGO_AFL_VERSION}");
-        if !crate::gate::is_root() {
+        if !crate::setup::is_root() {
             let found = if version.is_empty() {
                 "none"
             } else {

@@ -28,6 +28,7 @@ mod demo;
 mod fuzz;
 mod gate;
 mod package;
+mod setup;
 mod svg;
 mod vllm_hashes;
 mod wheel;

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::gate::step;
+use crate::setup::step;
 
 /// The crates published to crates.io, in dependency order.
 pub(crate) const PUBLISHED: [&str; 7] = [
@@ -117,7 +117,7 @@ fn packaged_doctests() -> anyhow::Result<()> {
 fn msrv_check() -> anyhow::Result<()> {
     let msrv = workspace_field("rust-version")?;
     let toolchain = format!("+{msrv}");
-    if !crate::gate::have(&format!("cargo {toolchain} --version >/dev/null 2>&1")) {
+    if !crate::setup::have(&format!("cargo {toolchain} --version >/dev/null 2>&1")) {
         step(
             &format!("rustup toolchain install {msrv}"),
             Command::new("rustup").args(["toolchain", "install", &msrv, "--profile", "minimal"]),

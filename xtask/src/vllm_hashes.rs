@@ -13,7 +13,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::gate::{VENV, pip_download, python_venv, step};
+use crate::setup::{VENV, pip_download, python_venv, step};
 
 /// The vLLM release whose hasher the vectors come from (as the TSV's header says).
 const VLLM: &str = "vllm==0.33.0";

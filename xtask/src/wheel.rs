@@ -21,7 +21,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
-use crate::gate::{
+use crate::setup::{
     VENV, dynamo_wheel, ensure_debian_packages, have, pip_install, python_venv, step,
 };
 

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 /// (`--map-root-user`), where the kernel allows unprivileged ones.
 pub(crate) fn unshare(script: &str) -> Command {
     let mut cmd = Command::new("unshare");
-    if !crate::gate::is_root() {
+    if !crate::setup::is_root() {
         cmd.arg("--map-root-user");
     }
     cmd.args(["--mount", "--propagation", "private", "sh", "-c", script]);
@@ -36,7 +36,7 @@ pub(crate) fn can_mask() -> anyhow::Result<bool> {
     if out.status.success() {
         return Ok(true);
     }
-    let who = if crate::gate::is_root() {
+    let who = if crate::setup::is_root() {
         "root, but this process may not create a mount namespace (a container without \
          CAP_SYS_ADMIN?)"
     } else {

@@ -4,10 +4,16 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::{
-    DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
-    DEFAULT_TTL,
-};
+/// Default byte budget: 10 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+/// Default entry TTL: one hour, as the shared cache's.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+/// Default largest entry read or written: 64 MiB, as a download.
+pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 64 << 20;
+/// Default deadline of one disk operation (a read, a write, one lock attempt).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default cap on blocking disk operations running at once (per cache).
+pub const DEFAULT_MAX_BLOCKING_OPS: usize = 16;
 
 /// Settings of the disk tier.
 #[derive(Debug, Clone, PartialEq, Eq)]

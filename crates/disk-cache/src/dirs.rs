@@ -16,37 +16,14 @@
 //! (its soft `RLIMIT_NOFILE`): 257 descriptors must stay a small share of what sockets and
 //! files need. Below that only `v1` is kept, and a hit also opens its shard folder.
 
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use crate::fsops::{self, FsError, FsResult, Owners};
-use crate::{DiskCache, Found, ReadHold, metrics};
+use crate::fsops::{FsResult, Kept, Owners, open_kept};
+use crate::trust::open_root;
 
 /// The soft limit on open files from which the shard folders' handles are kept.
 pub(crate) const KEEP_SHARDS_FROM: u64 = 4096;
-
-/// A folder handle kept open, with the identity of the folder it was opened on.
-#[derive(Debug)]
-pub(crate) struct Kept {
-    pub(crate) fd: OwnedFd,
-    dev: u64,
-    ino: u64,
-}
-
-impl Kept {
-    /// The handle `fd` of the folder whose `fstat` is `st`.
-    pub(crate) fn new(fd: OwnedFd, st: &rustix::fs::Stat) -> Arc<Self> {
-        #[allow(clippy::unnecessary_cast)] // the types differ between targets
-        let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
-        Arc::new(Self { fd, dev, ino })
-    }
-
-    /// Whether both handles are of one folder.
-    pub(crate) fn same(&self, other: &Kept) -> bool {
-        self.dev == other.dev && self.ino == other.ino
-    }
-}
 
 type Slot = RwLock<Option<Arc<Kept>>>;
 
@@ -56,12 +33,6 @@ pub(crate) struct Dirs {
     v1: Slot,
     /// Empty when the shards' handles are not kept (a low limit on open files).
     shards: Box<[Slot]>,
-}
-
-/// Opens the folder `name` in `parent` (not making it) and keeps it with its identity.
-pub(crate) fn open_kept(parent: &OwnedFd, name: &str, owners: &Owners) -> FsResult<Arc<Kept>> {
-    let (fd, st) = fsops::open_dir_at_stat(parent, name, owners, false)?;
-    Ok(Kept::new(fd, &st))
 }
 
 fn get(slot: &Slot) -> Option<Arc<Kept>> {
@@ -111,64 +82,12 @@ impl Dirs {
     /// Opens `v1` and the shard folder `aa` afresh from the configured directory `dir`, and
     /// keeps them; a folder that cannot be opened so is forgotten, with the error returned.
     pub(crate) fn reopen(&self, dir: &Path, aa: &str, owners: &Owners) -> FsResult<Arc<Kept>> {
-        let v1 =
-            fsops::open_root(dir, owners, false).and_then(|root| open_kept(&root, "v1", owners));
+        let v1 = open_root(dir, owners, false).and_then(|root| open_kept(&root, "v1", owners));
         set(&self.v1, v1.as_ref().ok().cloned());
         let shard = v1.and_then(|v1| open_kept(&v1.fd, aa, owners));
         if let Some(slot) = self.slot(aa) {
             set(slot, shard.as_ref().ok().cloned());
         }
         shard
-    }
-}
-
-impl DiskCache {
-    /// Reads `digest`'s entry through the kept folder handles; when that finds nothing, again
-    /// from the configured path (the kept folder may have been removed or replaced; see `dirs`).
-    pub(crate) fn read(&self, digest: &str) -> FsResult<Found> {
-        let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
-        let kept = dirs.shard(aa, owners);
-        let first = match &kept {
-            Some(shard) => match self.read_in(&shard.fd, digest) {
-                // Nothing there, or an I/O error (a removed folder on NFS is ESTALE): the
-                // folder may be gone, so look from the path.
-                r @ Err(FsError::Missing | FsError::Io(_)) => Some(r),
-                found => return found,
-            },
-            None => None,
-        };
-        let fresh = dirs.reopen(&self.inner.config.dir, aa, owners)?;
-        if let (Some(kept), Some(first)) = (&kept, first)
-            && kept.same(&fresh)
-        {
-            return first; // the same folder: looked there already
-        }
-        self.read_in(&fresh.fd, digest)
-    }
-
-    fn read_in(&self, shard: &OwnedFd, digest: &str) -> FsResult<Found> {
-        let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
-        if self.expired(&st) {
-            if fsops::unlink_if_same(shard, digest, &st) {
-                self.inner.metrics.evicted(metrics::EvictReason::Expired);
-            }
-            return Ok(Found::Expired);
-        }
-        if !self.valid(&st) {
-            return Ok(Found::Miss); // empty, or over this worker's cap
-        }
-        let len = usize::try_from(st.st_size).unwrap_or(0);
-        let hold: Option<ReadHold> = match self.inner.read_memory.get() {
-            None => None,
-            Some((_, now)) => match now(len as u64) {
-                Some(hold) => Some(hold),
-                None => return Ok(Found::Open(file, len)), // read once its memory is reserved
-            },
-        };
-        self.read_file(&mut file, len).map(|v| match (v, hold) {
-            (None, _) => Found::Miss,
-            (Some(v), Some(hold)) => Found::Hit(hold(v)),
-            (Some(v), None) => Found::Hit(v.into()),
-        })
     }
 }

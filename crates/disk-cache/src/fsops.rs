@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rustix::fs::{self, AtFlags, FileType, Mode, OFlags, Stat};
@@ -149,32 +150,6 @@ pub(crate) fn name(s: &str) -> FsResult<CString> {
     CString::new(s).map_err(|_| FsError::Skipped(Skip::NotRegular))
 }
 
-/// Opens the configured directory (the operator's path: links in it are followed), making it
-/// when `create`, and checks that it may be trusted.
-pub(crate) fn open_root(dir: &Path, owners: &Owners, create: bool) -> FsResult<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    // The operator's path: anything wrong with it is an error to count, not a name to skip.
-    let io = |e: Errno| match e {
-        Errno::NOENT => FsError::Missing,
-        e => FsError::Io(e.into()),
-    };
-    let fd = match fs::open(dir, flags, Mode::empty()) {
-        Err(Errno::NOENT) if create => {
-            make_dir_all(dir, owners).map_err(|e| match e {
-                FsError::Skipped(_) => FsError::Io(Errno::NOTDIR.into()),
-                e => e,
-            })?;
-            fs::open(dir, flags, Mode::empty()).map_err(io)?
-        }
-        r => r.map_err(io)?,
-    };
-    let st = fs::fstat(&fd)?;
-    if crate::trust::judge(dir, &st, owners).is_err() {
-        return Err(FsError::Skipped(Skip::UntrustedDir));
-    }
-    Ok(fd)
-}
-
 /// Makes the configured directory and its missing parents (the last one with our mode).
 pub(crate) fn make_dir_all(dir: &Path, owners: &Owners) -> FsResult<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -238,6 +213,34 @@ pub(crate) fn open_dir_at_stat(
         return Err(FsError::Skipped(Skip::UntrustedDir));
     }
     Ok((fd, st))
+}
+
+/// A folder handle kept open, with the identity of the folder it was opened on.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub(crate) fd: OwnedFd,
+    dev: u64,
+    ino: u64,
+}
+
+impl Kept {
+    /// The handle `fd` of the folder whose `fstat` is `st`.
+    pub(crate) fn new(fd: OwnedFd, st: &rustix::fs::Stat) -> Arc<Self> {
+        #[allow(clippy::unnecessary_cast)] // the types differ between targets
+        let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
+        Arc::new(Self { fd, dev, ino })
+    }
+
+    /// Whether both handles are of one folder.
+    pub(crate) fn same(&self, other: &Kept) -> bool {
+        self.dev == other.dev && self.ino == other.ino
+    }
+}
+
+/// Opens the folder `name` in `parent` (not making it) and keeps it with its identity.
+pub(crate) fn open_kept(parent: &OwnedFd, name: &str, owners: &Owners) -> FsResult<Arc<Kept>> {
+    let (fd, st) = open_dir_at_stat(parent, name, owners, false)?;
+    Ok(Kept::new(fd, &st))
 }
 
 /// Reads `file`, whose `fstat` gave `len` bytes, up to `cap` bytes plus one (whatever it grew

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::{DiskCache, Fill, FillLock};
+use crate::cache::DiskCache;
+use crate::lock::{Fill, FillLock};
 
 /// The name of an entry: a 32-byte digest, stored as 64 lowercase hex digits like image
 /// entries (`v1/<aa>/<digest>`).

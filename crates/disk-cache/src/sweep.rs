@@ -1,5 +1,5 @@
 //! The sweep: the only full scan of the directory, run by one process at a time, at most once
-//! per eighth of the budget written or per [`crate::SWEEP_INTERVAL`].
+//! per eighth of the budget written or per [`SWEEP_INTERVAL`].
 //!
 //! It walks by folder handle and never follows a link: each name is judged by its `lstat`
 //! relative to its folder's handle, folders are opened with `O_NOFOLLOW`, and only regular
@@ -7,13 +7,18 @@
 //! (`mmcache_disk_cache_skipped_total{reason}`), never removed: it is not ours.
 
 use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use rustix::fs::Stat;
 
+use crate::cache::{CLOCK_SKEW, DiskCache, bump};
 use crate::fsops::{self, FsError, Owners, Skip};
 use crate::metrics::{EvictReason, Handles};
-use crate::{DiskCache, bump};
+use crate::trust::open_root;
+
+/// A process sweeps at least this often while it writes.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A temporary file older than this belongs to a writer that died mid-write.
 const PARTIAL_AFTER: Duration = Duration::from_secs(600);
@@ -65,7 +70,7 @@ fn subdirs(
 pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
     let inner = &cache.inner;
     let owners = &inner.owners;
-    let root = fsops::open_root(&inner.config.dir, owners, true).ok()?;
+    let root = open_root(&inner.config.dir, owners, true).ok()?;
     let v1 = fsops::open_dir_at(&root, "v1", owners, true).ok()?;
     let (lock, _) = fsops::open_lock_at(&v1, "sweep.lock", owners).ok()?;
     let start = Instant::now();
@@ -89,7 +94,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
         let t = fsops::mtime(st);
         match now.duration_since(t) {
             Ok(age) => age > limit,
-            Err(ahead) => ahead.duration() > crate::CLOCK_SKEW, // dated ahead: not to be kept
+            Err(ahead) => ahead.duration() > CLOCK_SKEW, // dated ahead: not to be kept
         }
     };
     let evict = |dir: &OwnedFd, name: &str, judged: &Stat, reason: EvictReason| {
@@ -169,4 +174,57 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
     }
     drop(lock);
     Some(total)
+}
+
+impl DiskCache {
+    /// Sweeps now, waiting (at most a minute) for a sweep in progress to end (tests and
+    /// tools): expired and partial files out, then the oldest entries until the directory holds
+    /// at most 90 % of the budget. Returns the bytes left. Blocks: call it off the runtime.
+    pub fn sweep_now(&self) -> u64 {
+        if !self.enabled() {
+            return 0;
+        }
+        sweep(self, true).unwrap_or(0)
+    }
+
+    pub(crate) fn sweep_due(&self) -> bool {
+        let inner = &self.inner;
+        inner.written_since_sweep.load(Ordering::Relaxed) > inner.config.max_bytes / 8
+            || inner
+                .last_sweep
+                .lock()
+                .map(|t| t.elapsed() > SWEEP_INTERVAL)
+                .unwrap_or(true)
+    }
+
+    /// Sweeps while due, one sweep at a time per process. Writes made during a sweep stay
+    /// counted (only what was counted when it started is subtracted), and the due check runs
+    /// again after the sweeper steps down, so no write's trigger is lost. A sweep another
+    /// process holds the lock for is left to it.
+    pub(crate) fn sweep_if_due(&self) {
+        let inner = &self.inner;
+        loop {
+            if inner.sweeping.swap(true, Ordering::AcqRel) {
+                return; // this process's sweeper will look again when it is done
+            }
+            let mut left_to_another = false;
+            while self.sweep_due() {
+                let counted = inner.written_since_sweep.load(Ordering::Relaxed);
+                if sweep(self, false).is_none() {
+                    left_to_another = true;
+                    break;
+                }
+                inner
+                    .written_since_sweep
+                    .fetch_sub(counted, Ordering::Relaxed);
+                if let Ok(mut t) = inner.last_sweep.lock() {
+                    *t = Instant::now();
+                }
+            }
+            inner.sweeping.store(false, Ordering::Release);
+            if left_to_another || !self.sweep_due() {
+                return;
+            }
+        }
+    }
 }

@@ -1,14 +1,15 @@
 //! Whether the configured directory may be trusted: checked once at start (the verdict a
 //! `doctor` prints) and again, from the handle, by every operation.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustix::fs::Stat;
+use rustix::fs::{Mode, OFlags, Stat};
+use rustix::io::Errno;
 
-use crate::dirs::{Kept, open_kept};
-use crate::fsops::{self, Owners};
+use crate::fsops::{self, FsError, FsResult, Kept, Owners, Skip, open_kept};
 
 /// Why the disk tier refused its directory (the tier is then off: every read a miss).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +71,32 @@ pub(crate) fn judge(path: &Path, st: &Stat, owners: &Owners) -> Result<(), Refus
         });
     }
     Ok(())
+}
+
+/// Opens the configured directory (the operator's path: links in it are followed), making it
+/// when `create`, and checks that it may be trusted.
+pub(crate) fn open_root(dir: &Path, owners: &Owners, create: bool) -> FsResult<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    // The operator's path: anything wrong with it is an error to count, not a name to skip.
+    let io = |e: Errno| match e {
+        Errno::NOENT => FsError::Missing,
+        e => FsError::Io(e.into()),
+    };
+    let fd = match rustix::fs::open(dir, flags, Mode::empty()) {
+        Err(Errno::NOENT) if create => {
+            fsops::make_dir_all(dir, owners).map_err(|e| match e {
+                FsError::Skipped(_) => FsError::Io(Errno::NOTDIR.into()),
+                e => e,
+            })?;
+            rustix::fs::open(dir, flags, Mode::empty()).map_err(io)?
+        }
+        r => r.map_err(io)?,
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if judge(dir, &st, owners).is_err() {
+        return Err(FsError::Skipped(Skip::UntrustedDir));
+    }
+    Ok(fd)
 }
 
 /// The verdict at start: the directory is made when missing, then judged. A directory that

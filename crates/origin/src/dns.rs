@@ -2,9 +2,12 @@
 //! `search`, `ndots`, `timeout`, `attempts`) and `/etc/hosts`, as glibc reads them (both read
 //! once, at the first lookup of an [`crate::Origin`]). `localhost` names resolve to loopback
 //! without a query (RFC 6761). No DNS-over-TLS/HTTPS: the system's servers, as configured.
+//! It also defines what a lookup is ([`Lookup`], [`LookupError`]), which the caching resolver
+//! (`resolve`) is built over.
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -16,14 +19,48 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
 
-use crate::resolve::{LookupError, LookupFuture};
+use crate::error::Error;
+
+/// Why a lookup gave no address.
+#[derive(Debug, Clone)]
+pub(crate) enum LookupError {
+    /// The name server did not answer in time.
+    Timeout,
+    /// No usable answer (server failure, refusal, transport error): says nothing of the name.
+    Unavailable(String),
+    /// The name server said the name has no address (NXDOMAIN, or no A/AAAA records).
+    NotFound(String),
+}
+
+impl LookupError {
+    /// A failure that says nothing about the name: a good answer may still be served.
+    pub(crate) fn is_transient(&self) -> bool {
+        !matches!(self, Self::NotFound(_))
+    }
+
+    pub(crate) fn into_error(self, host: &str) -> Error {
+        match self {
+            // A slow name server is not the client's fault: a timeout, like a slow origin.
+            Self::Timeout => Error::Timeout,
+            Self::Unavailable(reason) | Self::NotFound(reason) => {
+                Error::Connect(format!("DNS lookup of {host} failed: {reason}"))
+            }
+        }
+    }
+}
+
+/// One lookup of a host's addresses.
+pub(crate) type LookupFuture =
+    Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, LookupError>> + Send>>;
+/// A lookup function: [`system_lookup`], or a scripted one in tests of the resolver's bounds.
+pub(crate) type Lookup = dyn Fn(&str) -> LookupFuture + Send + Sync;
 
 /// Once one address family has answered, how long the other may still take (RFC 8305's
 /// resolution delay): a name server that drops AAAA queries costs this, not a timeout.
 const RESOLUTION_DELAY: Duration = Duration::from_millis(50);
 
 /// A lookup function over the system configuration, built on first use (inside the runtime).
-pub(crate) fn system_lookup() -> Arc<dyn Fn(&str) -> LookupFuture + Send + Sync> {
+pub(crate) fn system_lookup() -> Arc<Lookup> {
     let resolver: Arc<OnceLock<Arc<TokioResolver>>> = Arc::new(OnceLock::new());
     Arc::new(move |host: &str| {
         let resolver = resolver.get_or_init(build).clone();

@@ -19,14 +19,13 @@
 //!   map lookup.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::dns::{self, Lookup, LookupError};
 use crate::error::Error;
 
 /// How long a resolution is reused. Default of [`crate::OriginConfig::dns_cache_ttl`].
@@ -42,34 +41,6 @@ const MAX_CACHED: usize = 4096;
 /// The outcome of one lookup: addresses, or why there are none.
 type Answer = Result<Arc<[IpAddr]>, LookupError>;
 
-/// Why a lookup gave no address.
-#[derive(Debug, Clone)]
-pub(crate) enum LookupError {
-    /// The name server did not answer in time.
-    Timeout,
-    /// No usable answer (server failure, refusal, transport error): says nothing of the name.
-    Unavailable(String),
-    /// The name server said the name has no address (NXDOMAIN, or no A/AAAA records).
-    NotFound(String),
-}
-
-impl LookupError {
-    /// A failure that says nothing about the name: a good answer may still be served.
-    fn is_transient(&self) -> bool {
-        !matches!(self, Self::NotFound(_))
-    }
-
-    fn into_error(self, host: &str) -> Error {
-        match self {
-            // A slow name server is not the client's fault: a timeout, like a slow origin.
-            Self::Timeout => Error::Timeout,
-            Self::Unavailable(reason) | Self::NotFound(reason) => {
-                Error::Connect(format!("DNS lookup of {host} failed: {reason}"))
-            }
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 struct Cached {
     /// When `answer` was obtained.
@@ -78,11 +49,6 @@ struct Cached {
     /// No refresh before this (a refresh that just failed is not retried at once).
     retry_at: Instant,
 }
-
-/// One lookup of a host's addresses.
-pub(crate) type LookupFuture =
-    Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, LookupError>> + Send>>;
-type Lookup = dyn Fn(&str) -> LookupFuture + Send + Sync;
 
 #[derive(Default)]
 struct State {
@@ -114,7 +80,7 @@ impl std::fmt::Debug for Resolver {
 impl Resolver {
     /// A resolver over the system configuration.
     pub(crate) fn new(ttl: Duration, stale_for: Duration, timeout: Duration) -> Self {
-        Self::with_lookup(ttl, stale_for, timeout, crate::dns::system_lookup())
+        Self::with_lookup(ttl, stale_for, timeout, dns::system_lookup())
     }
 
     /// A resolver over another lookup function (tests of the bounds).

