@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::breaker::BreakerConfig;
 use crate::error::{Error, Result};
-use crate::read::ReadMemory;
+use crate::memory::ReadMemory;
 use crate::warn::{Clock, SystemClock};
 
 /// Default entry TTL (`DYN_MM_SHARED_IMAGE_CACHE_TTL_SECS`).

@@ -10,8 +10,9 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram};
 use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
-use crate::BreakerState;
-use crate::samples::SampleOp;
+use crate::breaker::BreakerState;
+use crate::error::FailureKind;
+use crate::samples::{SampleOp, Samples};
 
 /// GET latency histogram; labels `outcome` and `size_bucket`.
 pub const GET_DURATION: Metric = Metric::new(
@@ -46,7 +47,7 @@ pub const ERRORS: Metric = Metric::new(
     Kind::Counter,
     "Shared image cache failures by operation and kind",
 )
-.labels(&[Op::LABEL, crate::FailureKind::LABEL])
+.labels(&[Op::LABEL, FailureKind::LABEL])
 .note(
     "`reply`: an error reply such as WRONGTYPE or OOM from a node that answered; it opens \
      no breaker and triggers no rediscovery",
@@ -257,12 +258,11 @@ pub(crate) struct Handles {
     transitions: Grid<Counter>,
     breakers_open: Gauge,
     /// Raw GET/SET samples for a scraping exporter; set once enabled (see `samples.rs`).
-    pub(crate) samples: OnceLock<crate::samples::Samples>,
+    pub(crate) samples: OnceLock<Samples>,
 }
 
 impl Default for Handles {
     fn default() -> Self {
-        use crate::FailureKind;
         Self {
             get: Grid::new(
                 GetLabel::ALL,
@@ -350,7 +350,7 @@ impl Handles {
         self.deletes[label as usize].increment(1);
     }
 
-    pub(crate) fn record_error(&self, op: Op, kind: crate::FailureKind) {
+    pub(crate) fn record_error(&self, op: Op, kind: FailureKind) {
         self.errors.get(op as usize, kind as usize).increment(1);
     }
 
