@@ -116,7 +116,7 @@ impl SharedCache {
 
     /// Counters of this instance.
     pub fn stats(&self) -> SharedCacheStats {
-        self.inner.counters.snapshot()
+        self.inner.counters.snapshot(&self.inner.metrics)
     }
 
     /// Connects now (bounded by the operation deadline) and says whether the cluster answered.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 
-use crate::breaker::{self, BreakerState};
+use crate::breaker;
 use crate::client::{ConnState, SharedCache};
 use crate::error::FailureKind;
 use crate::metrics::{Op, SkipReason};
@@ -41,7 +41,6 @@ impl SharedCache {
             admit = a;
         }
         if admit == breaker::Admit::Skip {
-            bump(&inner.counters.skipped);
             self.inner.metrics.record_skip(op, SkipReason::BreakerOpen);
             return Err(Failure::Skipped);
         }
@@ -69,7 +68,6 @@ impl SharedCache {
             Err(FailureKind::Reply) => {
                 // The node answered: the operation failed, the node did not.
                 self.node_answered(node.as_deref());
-                bump(&inner.counters.error_replies);
                 self.record_failure(op, FailureKind::Reply);
                 Err(Failure::Failed(FailureKind::Reply))
             }
@@ -122,9 +120,6 @@ impl SharedCache {
 
     fn on_transition(&self, transition: breaker::Transition) {
         let Some((from, to)) = transition else { return };
-        if to == BreakerState::Open && from == BreakerState::Closed {
-            bump(&self.inner.counters.breaker_opens);
-        }
         self.inner.metrics.record_breaker(from, to);
         tracing::debug!(
             from = from.as_str(),

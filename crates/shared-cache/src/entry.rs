@@ -40,20 +40,10 @@ impl SharedCache {
         let result = self
             .read_value(Op::Get, &key, self.inner.config.max_read_bytes)
             .await;
-        let c = &self.inner.counters;
         let (value, outcome) = match result {
-            Ok(Read::Miss) => {
-                bump(&c.get_misses);
-                (None, GetOutcome::Miss)
-            }
-            Ok(Read::Oversized) => {
-                bump(&c.get_hits);
-                (None, GetOutcome::Oversized)
-            }
-            Ok(Read::Value(v)) => {
-                bump(&c.get_hits);
-                (Some(v), GetOutcome::Hit)
-            }
+            Ok(Read::Miss) => (None, GetOutcome::Miss),
+            Ok(Read::Oversized) => (None, GetOutcome::Oversized),
+            Ok(Read::Value(v)) => (Some(v), GetOutcome::Hit),
             Ok(Read::NoMemory) => {
                 self.inner
                     .metrics
@@ -61,10 +51,7 @@ impl SharedCache {
                 (None, GetOutcome::NoMemory)
             }
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
-            Err(Failure::Failed(_)) => {
-                bump(&c.get_errors);
-                (None, GetOutcome::Error)
-            }
+            Err(Failure::Failed(_)) => (None, GetOutcome::Error),
         };
         self.inner
             .metrics
@@ -97,15 +84,9 @@ impl SharedCache {
             })
             .await;
         let outcome = match result {
-            Ok(()) => {
-                bump(&self.inner.counters.set_ok);
-                WriteOutcome::Success
-            }
+            Ok(()) => WriteOutcome::Success,
             Err(Failure::Skipped) => WriteOutcome::Skipped,
-            Err(Failure::Failed(_)) => {
-                bump(&self.inner.counters.set_errors);
-                WriteOutcome::Error
-            }
+            Err(Failure::Failed(_)) => WriteOutcome::Error,
         };
         self.inner
             .metrics
@@ -134,7 +115,6 @@ impl SharedCache {
         if self.inner.queue.push(len, write) {
             WriteOutcome::Success
         } else {
-            bump(&self.inner.counters.write_behind_dropped);
             self.inner
                 .metrics
                 .record_skip(Op::Set, SkipReason::QueueFull);
@@ -162,7 +142,6 @@ impl SharedCache {
             return WriteOutcome::Skipped;
         }
         let Some(room) = self.inner.queue.reserve(bytes.len()) else {
-            bump(&self.inner.counters.write_behind_dropped);
             self.inner
                 .metrics
                 .record_skip(Op::Set, SkipReason::QueueFull);
@@ -198,15 +177,9 @@ impl SharedCache {
             })
             .await;
         let outcome = match result {
-            Ok(_) => {
-                bump(&self.inner.counters.del_ok);
-                WriteOutcome::Success
-            }
+            Ok(_) => WriteOutcome::Success,
             Err(Failure::Skipped) => WriteOutcome::Skipped,
-            Err(Failure::Failed(_)) => {
-                bump(&self.inner.counters.del_errors);
-                WriteOutcome::Error
-            }
+            Err(Failure::Failed(_)) => WriteOutcome::Error,
         };
         self.inner.metrics.record_delete(outcome);
         outcome

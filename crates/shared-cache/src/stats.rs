@@ -1,7 +1,13 @@
 //! The counters of one cache instance, as [`SharedCache::stats`](crate::SharedCache::stats)
-//! reports them.
+//! reports them. Each event is counted once: where a metric records the event, the stat is
+//! read from the count its handle keeps for this cache (`mmcache_scope::counted`), which also
+//! counts when no recorder is installed; only events without a metric have a counter here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::breaker::BreakerState;
+use crate::error::FailureKind;
+use crate::metrics::{DeleteLabel, Event, GetLabel, Handles, Op, SkipReason, WriteLabel};
 
 /// Counters of one cache instance (the `metrics` facade has the process-wide view).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,21 +45,12 @@ pub struct SharedCacheStats {
     pub set_backgrounded: u64,
 }
 
+/// The events that have no metric: counted here alone. Every other field of
+/// [`SharedCacheStats`] is read from the metric handles' own counts.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) get_hits: AtomicU64,
-    pub(crate) get_misses: AtomicU64,
-    pub(crate) get_errors: AtomicU64,
-    pub(crate) set_ok: AtomicU64,
-    pub(crate) set_errors: AtomicU64,
-    pub(crate) del_ok: AtomicU64,
-    pub(crate) del_errors: AtomicU64,
     pub(crate) warnings: AtomicU64,
     pub(crate) rediscoveries: AtomicU64,
-    pub(crate) skipped: AtomicU64,
-    pub(crate) breaker_opens: AtomicU64,
-    pub(crate) error_replies: AtomicU64,
-    pub(crate) write_behind_dropped: AtomicU64,
     pub(crate) set_backgrounded: AtomicU64,
 }
 
@@ -62,23 +59,25 @@ pub(crate) fn bump(c: &AtomicU64) {
 }
 
 impl Counters {
-    /// What they hold now.
-    pub(crate) fn snapshot(&self) -> SharedCacheStats {
+    /// The stats of the cache that records through `handles` and counts here.
+    pub(crate) fn snapshot(&self, handles: &Handles) -> SharedCacheStats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let n = |event| handles.count(event);
         SharedCacheStats {
-            get_hits: load(&self.get_hits),
-            get_misses: load(&self.get_misses),
-            get_errors: load(&self.get_errors),
-            set_ok: load(&self.set_ok),
-            set_errors: load(&self.set_errors),
-            del_ok: load(&self.del_ok),
-            del_errors: load(&self.del_errors),
+            // An oversized entry is a hit (recorded under `hit`, size bucket `unknown`).
+            get_hits: n(Event::Get(GetLabel::Hit)),
+            get_misses: n(Event::Get(GetLabel::Miss)),
+            get_errors: n(Event::Get(GetLabel::Error)),
+            set_ok: n(Event::Set(WriteLabel::Success)),
+            set_errors: n(Event::Set(WriteLabel::Error)),
+            del_ok: n(Event::Delete(DeleteLabel::Success)),
+            del_errors: n(Event::Delete(DeleteLabel::Error)),
             warnings: load(&self.warnings),
             rediscoveries: load(&self.rediscoveries),
-            skipped: load(&self.skipped),
-            breaker_opens: load(&self.breaker_opens),
-            error_replies: load(&self.error_replies),
-            write_behind_dropped: load(&self.write_behind_dropped),
+            skipped: n(Event::Skip(SkipReason::BreakerOpen)),
+            breaker_opens: n(Event::Transition(BreakerState::Closed, BreakerState::Open)),
+            error_replies: n(Event::Error(FailureKind::Reply)),
+            write_behind_dropped: n(Event::SkipOf(Op::Set, SkipReason::QueueFull)),
             set_backgrounded: load(&self.set_backgrounded),
         }
     }
