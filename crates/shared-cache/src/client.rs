@@ -19,6 +19,7 @@ use crate::stats::{Counters, SharedCacheStats};
 use crate::warn::{WARN_INTERVAL, WarnLimiter};
 use crate::write_behind::Queue;
 
+/// The connection and its attempts, behind one lock (used by `conn`).
 #[derive(Default)]
 pub(crate) struct ConnState {
     pub(crate) conn: Option<ClusterConnection>,
@@ -28,6 +29,7 @@ pub(crate) struct ConnState {
     pub(crate) failing_since: Option<Instant>,
 }
 
+/// What every clone of a [`SharedCache`] shares.
 pub(crate) struct Inner {
     pub(crate) client: ClusterClient,
     pub(crate) config: SharedCacheConfig,
