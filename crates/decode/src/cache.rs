@@ -3,9 +3,9 @@
 //! accounting").
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use mmcache_scope::CacheIdentity;
+use mmcache_scope::counted::Level;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
@@ -117,14 +117,15 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A change in entries and bytes held, applied to the counters and the gauges.
+/// A change in entries and bytes held, applied to the levels (the stats and the gauges).
 #[derive(Debug, Clone, Copy, Default)]
 struct Change {
     entries: i64,
     bytes: i64,
 }
 
-/// Gauges that several caches of one kind in a process add to (they move by deltas).
+/// Gauges that several caches of one kind in a process add to (they move by deltas); a cache
+/// holds each as a [`Level`], its own share.
 #[derive(Debug)]
 pub(crate) struct Gauges {
     pub(crate) entries: metrics::Gauge,
@@ -146,11 +147,12 @@ type Inner<V> = Cache<Key, Entry<V>, Charge, DefaultHashBuilder, Accounting>;
 pub(crate) struct WeightedCache<V> {
     /// `None` when an entry cap of 0 turns the cache off.
     cache: Option<Inner<V>>,
-    /// This cache's share of the gauges. Updated after each operation, so a concurrent
-    /// eviction of an entry whose insert is not yet counted can briefly take it below zero.
-    entries: AtomicI64,
-    bytes: AtomicI64,
-    gauges: Gauges,
+    /// This cache's share of the gauges, which its stats read: each change is applied once
+    /// (see `mmcache_scope::counted`), and the share leaves the gauges when the cache drops.
+    /// Updated after each operation, so a concurrent eviction of an entry whose insert is not
+    /// yet counted can briefly take it below zero.
+    entries: Level,
+    bytes: Level,
     /// Serialise [`WeightedCache::insert_if_absent`] per key (a stripe by the key's first byte).
     insert_locks: [Mutex<()>; INSERT_LOCKS],
 }
@@ -202,22 +204,15 @@ impl<V: Clone> WeightedCache<V> {
         });
         Self {
             cache,
-            entries: AtomicI64::new(0),
-            bytes: AtomicI64::new(0),
-            gauges,
+            entries: Level::new(gauges.entries),
+            bytes: Level::new(gauges.bytes),
             insert_locks: std::array::from_fn(|_| Mutex::new(())),
         }
     }
 
     fn apply(&self, change: Change) {
-        if change.entries != 0 {
-            self.entries.fetch_add(change.entries, Ordering::Relaxed);
-            self.gauges.entries.increment(change.entries as f64);
-        }
-        if change.bytes != 0 {
-            self.bytes.fetch_add(change.bytes, Ordering::Relaxed);
-            self.gauges.bytes.increment(change.bytes as f64);
-        }
+        self.entries.add(change.entries);
+        self.bytes.add(change.bytes);
     }
 
     pub(crate) fn get(&self, key: &Key) -> Option<V> {
@@ -289,8 +284,8 @@ impl<V: Clone> WeightedCache<V> {
 
     pub(crate) fn stats(&self) -> CacheStats {
         CacheStats {
-            entries: usize::try_from(self.entries.load(Ordering::Relaxed)).unwrap_or(0),
-            bytes: u64::try_from(self.bytes.load(Ordering::Relaxed)).unwrap_or(0),
+            entries: usize::try_from(self.entries.get()).unwrap_or(0),
+            bytes: u64::try_from(self.bytes.get()).unwrap_or(0),
         }
     }
 }
@@ -298,16 +293,6 @@ impl<V: Clone> WeightedCache<V> {
 /// The weight a shard of `shard_bytes` admits at most.
 fn hot_share(shard_bytes: u64) -> u64 {
     (shard_bytes as f64 * HOT_ALLOCATION) as u64
-}
-
-impl<V> Drop for WeightedCache<V> {
-    fn drop(&mut self) {
-        // Take this cache's share out of the process-wide gauges.
-        self.gauges
-            .entries
-            .decrement(*self.entries.get_mut() as f64);
-        self.gauges.bytes.decrement(*self.bytes.get_mut() as f64);
-    }
 }
 
 /// Entries and weighed bytes held by a cache.

@@ -595,7 +595,7 @@ enum Raced {
 
 impl Inner {
     fn record_hedge(&self, outcome: HedgeOutcome) {
-        self.metrics.hedge(outcome).increment(1);
+        self.hedge.record(outcome);
     }
 
     fn record_lease(&self, outcome: LeaseLabel) {

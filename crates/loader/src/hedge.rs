@@ -29,6 +29,11 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use ::metrics::Counter;
+use mmcache_scope::counted::Counted;
+
+use crate::metrics::{HEDGES, HedgeOutcome, PerLabel};
+
 /// GET latencies kept for the median.
 const SAMPLES: usize = 128;
 /// The delay is this many times the median GET latency (before the clamp).
@@ -82,8 +87,12 @@ pub(crate) struct Hedge {
     /// Hedge tokens, in thousandths.
     tokens: AtomicU64,
     answered: AtomicU64,
+    /// Hedges taken from the budget (no metric: `origin_won`/`cache_won` also count the races
+    /// of loads over budget, whose origin fetch starts at the cap).
     hedged: AtomicU64,
-    over_budget: AtomicU64,
+    /// [`HEDGES`] by outcome; [`HedgeStats::over_budget`] is its `over_budget` count, so the
+    /// event is recorded once (see `mmcache_scope::counted`).
+    outcomes: PerLabel<Counted<Counter>>,
 }
 
 /// Counts of a loader's hedging, for tests, benchmarks and dashboards (the `metrics` facade
@@ -111,7 +120,9 @@ impl Hedge {
             tokens: AtomicU64::new(BURST),
             answered: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
-            over_budget: AtomicU64::new(0),
+            outcomes: PerLabel::new(HedgeOutcome::ALL, |o: HedgeOutcome| {
+                Counted::new(::metrics::counter!(HEDGES.name, "outcome" => o.as_str()))
+            }),
         }
     }
 
@@ -225,7 +236,8 @@ impl Hedge {
         self.delay_us.store(delay, Ordering::Relaxed);
     }
 
-    /// Takes one hedge from the budget; false when it is spent.
+    /// Takes one hedge from the budget; false when it is spent (the caller then records
+    /// [`HedgeOutcome::OverBudget`]).
     pub(crate) fn try_take(&self) -> bool {
         let taken = self
             .tokens
@@ -233,20 +245,22 @@ impl Hedge {
                 t.checked_sub(COST)
             })
             .is_ok();
-        let counter = if taken {
-            &self.hedged
-        } else {
-            &self.over_budget
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if taken {
+            self.hedged.fetch_add(1, Ordering::Relaxed);
+        }
         taken
+    }
+
+    /// Counts how a hedged GET ended (a load over budget: [`HedgeOutcome::OverBudget`]).
+    pub(crate) fn record(&self, outcome: HedgeOutcome) {
+        self.outcomes.get(outcome as usize).increment();
     }
 
     pub(crate) fn stats(&self) -> HedgeStats {
         HedgeStats {
             answered_gets: self.answered.load(Ordering::Relaxed),
             hedged: self.hedged.load(Ordering::Relaxed),
-            over_budget: self.over_budget.load(Ordering::Relaxed),
+            over_budget: self.outcomes.get(HedgeOutcome::OverBudget as usize).count(),
             delay: self.delay(),
         }
     }

@@ -278,7 +278,6 @@ pub(crate) struct Handles {
     load_duration: PerLabel<Histogram>,
     decode_duration: PerLabel<Histogram>,
     origin_duration: PerLabel<Histogram>,
-    hedges: PerLabel<Counter>,
     leases: PerLabel<Counter>,
     pub(crate) origin_bytes: Counter,
     pub(crate) corrupt: Counter,
@@ -317,10 +316,6 @@ impl Handles {
                 Outcome::ALL,
                 |o: Outcome| ::metrics::histogram!(ORIGIN_FETCH_DURATION.name, "outcome" => o.as_str()),
             ),
-            hedges: PerLabel::new(
-                HedgeOutcome::ALL,
-                |o: HedgeOutcome| ::metrics::counter!(HEDGES.name, "outcome" => o.as_str()),
-            ),
             leases: PerLabel::new(
                 LeaseOutcome::ALL,
                 |o: LeaseOutcome| ::metrics::counter!(LEASES.name, "outcome" => o.as_str()),
@@ -355,10 +350,6 @@ impl Handles {
 
     pub(crate) fn origin_duration(&self, outcome: Outcome) -> &Histogram {
         self.origin_duration.get(outcome as usize)
-    }
-
-    pub(crate) fn hedge(&self, outcome: HedgeOutcome) -> &Counter {
-        self.hedges.get(outcome as usize)
     }
 
     pub(crate) fn lease(&self, outcome: LeaseOutcome) -> &Counter {

@@ -142,6 +142,30 @@ async fn every_declared_metric_is_scraped_and_every_scraped_one_declared() {
         undeclared.is_empty(),
         "scraped, not declared: {undeclared:?}"
     );
+    // The stats and the metrics are one count: the shared caches' stats (A's and B's, the
+    // only ones in this process) add up to the scraped series.
+    let scraped_sum = |series: &str| -> u64 {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let stats = [&a, &b].map(|l| l.shared_cache().unwrap().stats());
+    let total = |f: fn(&mmcache_shared_cache::SharedCacheStats) -> u64| -> u64 {
+        stats.iter().map(f).sum()
+    };
+    let get = "dynamo_component_image_shared_cache_get_duration_seconds_count{outcome=";
+    let set = "dynamo_component_image_shared_cache_set_duration_seconds_count{outcome=";
+    let pairs = [
+        (total(|s| s.get_hits), format!("{get}\"hit\"")),
+        (total(|s| s.get_misses), format!("{get}\"miss\"")),
+        (total(|s| s.set_ok), format!("{set}\"success\"")),
+    ];
+    for (from_stats, series) in pairs {
+        assert!(from_stats > 0, "{series}: nothing counted");
+        assert_eq!(from_stats, scraped_sum(&series), "{series}\n{scrape}");
+    }
     // Every tier was counted where it served.
     for source in ["origin", "memory", "inflight", "disk", "shared", "data"] {
         let series = format!("mmcache_loads_total{{source=\"{source}\",outcome=\"ok\"}} ");

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 mod content_key;
+pub mod counted;
 mod embedding_key;
 mod identity;
 pub mod metric;

@@ -7,11 +7,21 @@ use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 
+use crate::breaker;
+use crate::client::{ConnState, SharedCache};
+use crate::error::FailureKind;
 use crate::metrics::{Op, SkipReason};
-use crate::{
-    BreakerState, ConnState, FailureKind, RECONNECT_BACKOFF, REDISCOVER_AFTER, SLOT_MAP_MAX_AGE,
-    SLOT_MAP_MAX_AGE_FAILING, SharedCache, breaker, bump, slots,
-};
+use crate::slots;
+use crate::stats::bump;
+
+/// Pause after a failed connect before the next attempt.
+pub const RECONNECT_BACKOFF: Duration = Duration::from_millis(250);
+/// After this long with nothing but failures, rediscover through the configured URL.
+pub const REDISCOVER_AFTER: Duration = Duration::from_secs(2);
+/// The slot map (for per-node breakers) is re-read this often while things work...
+const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
+/// ...and this often while operations fail (nodes may have moved).
+const SLOT_MAP_MAX_AGE_FAILING: Duration = Duration::from_secs(1);
 
 impl SharedCache {
     /// Runs one operation on `key`: skipped while the key's node has an open breaker, else
@@ -31,7 +41,6 @@ impl SharedCache {
             admit = a;
         }
         if admit == breaker::Admit::Skip {
-            bump(&inner.counters.skipped);
             self.inner.metrics.record_skip(op, SkipReason::BreakerOpen);
             return Err(Failure::Skipped);
         }
@@ -59,7 +68,6 @@ impl SharedCache {
             Err(FailureKind::Reply) => {
                 // The node answered: the operation failed, the node did not.
                 self.node_answered(node.as_deref());
-                bump(&inner.counters.error_replies);
                 self.record_failure(op, FailureKind::Reply);
                 Err(Failure::Failed(FailureKind::Reply))
             }
@@ -112,9 +120,6 @@ impl SharedCache {
 
     fn on_transition(&self, transition: breaker::Transition) {
         let Some((from, to)) = transition else { return };
-        if to == BreakerState::Open && from == BreakerState::Closed {
-            bump(&self.inner.counters.breaker_opens);
-        }
         self.inner.metrics.record_breaker(from, to);
         tracing::debug!(
             from = from.as_str(),
@@ -226,15 +231,6 @@ impl SharedCache {
             }
             inner.connected.send_modify(|generation| *generation += 1);
         });
-    }
-}
-
-/// Installs `ring` as the process-wide rustls provider unless one is installed already
-/// (the redis client's TLS needs a provider; this crate must not depend on the origin crate).
-pub(crate) fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: some provider is installed either way.
-        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

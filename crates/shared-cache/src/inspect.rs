@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::SharedCache;
+use crate::client::SharedCache;
 
 /// Slots of a Redis Cluster.
 pub const CLUSTER_SLOTS: u32 = 16384;

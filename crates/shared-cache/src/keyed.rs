@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::client::SharedCache;
 use crate::conn::Failure;
 use crate::metrics::Op;
+use crate::metrics::{GetOutcome, WriteOutcome};
 use crate::read::Read;
-use crate::{GetOutcome, LeaseOutcome, SharedCache, WriteOutcome, lease_token};
 
 impl SharedCache {
     /// The value of `key`, read like an image entry (within the read memory; a hostile value
@@ -56,48 +57,6 @@ impl SharedCache {
             })
             .await;
         write_outcome(result)
-    }
-
-    /// Tries to take the lease `key` for `ttl` (`SET key token NX PX ttl`), as
-    /// [`SharedCache::try_lease`] does for an image entry.
-    pub async fn try_lease_key(&self, key: &str, ttl: Duration) -> LeaseOutcome {
-        let token = lease_token();
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let result = self
-            .run(Op::Lease, key, |mut conn, key| async move {
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ms)
-                    .query_async::<Option<String>>(&mut conn)
-                    .await
-            })
-            .await;
-        match result {
-            Ok(Some(_)) => LeaseOutcome::Won(token),
-            Ok(None) => LeaseOutcome::Held,
-            Err(_) => LeaseOutcome::Unavailable,
-        }
-    }
-
-    /// Gives the lease `key` back if it is still `token`'s, as [`SharedCache::release_lease`]
-    /// does (a compare-and-delete script: a holder whose work outlived the TTL never deletes
-    /// the next holder's lease).
-    pub async fn release_lease_key(&self, key: &str, token: u64) {
-        const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-        let _ = self
-            .run(Op::Lease, key, |mut conn, key| async move {
-                redis::cmd("EVAL")
-                    .arg(RELEASE)
-                    .arg(1)
-                    .arg(key)
-                    .arg(token.to_string())
-                    .query_async::<i64>(&mut conn)
-                    .await
-            })
-            .await;
     }
 }
 

@@ -8,10 +8,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
+use mmcache_scope::counted::Counted;
 use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
-use crate::BreakerState;
-use crate::samples::SampleOp;
+use crate::breaker::BreakerState;
+use crate::error::FailureKind;
+use crate::samples::{SampleOp, Samples};
 
 /// GET latency histogram; labels `outcome` and `size_bucket`.
 pub const GET_DURATION: Metric = Metric::new(
@@ -46,7 +48,7 @@ pub const ERRORS: Metric = Metric::new(
     Kind::Counter,
     "Shared image cache failures by operation and kind",
 )
-.labels(&[Op::LABEL, crate::FailureKind::LABEL])
+.labels(&[Op::LABEL, FailureKind::LABEL])
 .note(
     "`reply`: an error reply such as WRONGTYPE or OOM from a node that answered; it opens \
      no breaker and triggers no rediscovery",
@@ -223,6 +225,26 @@ impl WriteOutcome {
     }
 }
 
+/// What [`Handles::count`] counts: the events of one series, or of every series of a label
+/// value summed over the other label.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    /// GETs by outcome (every size bucket).
+    Get(GetLabel),
+    /// SETs by outcome (every size bucket).
+    Set(WriteLabel),
+    /// DELs by outcome.
+    Delete(DeleteLabel),
+    /// Failures of one kind (every operation).
+    Error(FailureKind),
+    /// Operations not attempted for one reason (every operation).
+    Skip(SkipReason),
+    /// Operations of one kind not attempted for one reason.
+    SkipOf(Op, SkipReason),
+    /// Breaker transitions from one state to another.
+    Transition(BreakerState, BreakerState),
+}
+
 /// A histogram or counter per value of two labels, resolved when built.
 struct Grid<T> {
     cells: Vec<T>,
@@ -244,54 +266,85 @@ impl<T> Grid<T> {
     fn get(&self, row: usize, col: usize) -> &T {
         &self.cells[row * self.cols + col]
     }
+
+    fn row(&self, row: usize) -> &[T] {
+        &self.cells[row * self.cols..][..self.cols]
+    }
+
+    fn col(&self, col: usize) -> impl Iterator<Item = &T> {
+        self.cells.iter().skip(col).step_by(self.cols)
+    }
+}
+
+impl<M> Grid<Counted<M>> {
+    fn row_count(&self, row: usize) -> u64 {
+        self.row(row).iter().map(Counted::count).sum()
+    }
+
+    fn col_count(&self, col: usize) -> u64 {
+        self.col(col).map(Counted::count).sum()
+    }
 }
 
 /// The metric handles of one cache, one per label combination, resolved when the cache is
-/// built: no registry lookup and no label allocation per operation.
+/// built: no registry lookup and no label allocation per operation. Each also counts what this
+/// cache recorded through it, and the cache's stats are read from those counts
+/// ([`Handles::count`]): an event is recorded once (see `mmcache_scope::counted`).
 pub(crate) struct Handles {
-    get: Grid<Histogram>,
-    set: Grid<Histogram>,
-    deletes: Vec<Counter>,
-    errors: Grid<Counter>,
-    skips: Grid<Counter>,
-    transitions: Grid<Counter>,
+    get: Grid<Counted<Histogram>>,
+    set: Grid<Counted<Histogram>>,
+    deletes: Vec<Counted<Counter>>,
+    errors: Grid<Counted<Counter>>,
+    skips: Grid<Counted<Counter>>,
+    transitions: Grid<Counted<Counter>>,
     breakers_open: Gauge,
     /// Raw GET/SET samples for a scraping exporter; set once enabled (see `samples.rs`).
-    pub(crate) samples: OnceLock<crate::samples::Samples>,
+    pub(crate) samples: OnceLock<Samples>,
 }
 
 impl Default for Handles {
     fn default() -> Self {
-        use crate::FailureKind;
         Self {
             get: Grid::new(
                 GetLabel::ALL,
                 SizeBucket::ALL,
-                |o: GetLabel, b: SizeBucket| metrics::histogram!(GET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+                |o: GetLabel, b: SizeBucket| {
+                    Counted::new(
+                        metrics::histogram!(GET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+                    )
+                },
             ),
             set: Grid::new(
                 WriteLabel::ALL,
                 SizeBucket::ALL,
-                |o: WriteLabel, b: SizeBucket| metrics::histogram!(SET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+                |o: WriteLabel, b: SizeBucket| {
+                    Counted::new(
+                        metrics::histogram!(SET_DURATION.name, "outcome" => o.as_str(), "size_bucket" => b.as_str()),
+                    )
+                },
             ),
             deletes: DeleteLabel::ALL
                 .iter()
-                .map(|o| metrics::counter!(DELETES.name, "outcome" => o.as_str()))
+                .map(|o| Counted::new(metrics::counter!(DELETES.name, "outcome" => o.as_str())))
                 .collect(),
-            errors: Grid::new(
-                Op::ALL,
-                FailureKind::ALL,
-                |op: Op, k: FailureKind| metrics::counter!(ERRORS.name, "op" => op.as_str(), "kind" => k.as_str()),
-            ),
-            skips: Grid::new(
-                Op::ALL,
-                SkipReason::ALL,
-                |op: Op, r: SkipReason| metrics::counter!(SKIPPED.name, "op" => op.as_str(), "reason" => r.as_str()),
-            ),
+            errors: Grid::new(Op::ALL, FailureKind::ALL, |op: Op, k: FailureKind| {
+                Counted::new(
+                    metrics::counter!(ERRORS.name, "op" => op.as_str(), "kind" => k.as_str()),
+                )
+            }),
+            skips: Grid::new(Op::ALL, SkipReason::ALL, |op: Op, r: SkipReason| {
+                Counted::new(
+                    metrics::counter!(SKIPPED.name, "op" => op.as_str(), "reason" => r.as_str()),
+                )
+            }),
             transitions: Grid::new(
                 BreakerState::ALL,
                 BreakerState::ALL,
-                |f: BreakerState, t: BreakerState| metrics::counter!(BREAKER_TRANSITIONS.name, "from" => f.as_str(), "to" => t.as_str()),
+                |f: BreakerState, t: BreakerState| {
+                    Counted::new(
+                        metrics::counter!(BREAKER_TRANSITIONS.name, "from" => f.as_str(), "to" => t.as_str()),
+                    )
+                },
             ),
             breakers_open: metrics::gauge!(BREAKERS_OPEN.name),
             samples: OnceLock::new(),
@@ -347,21 +400,32 @@ impl Handles {
             WriteOutcome::Error => DeleteLabel::Error,
             WriteOutcome::Skipped | WriteOutcome::Pending => DeleteLabel::Skipped,
         };
-        self.deletes[label as usize].increment(1);
+        self.deletes[label as usize].increment();
     }
 
-    pub(crate) fn record_error(&self, op: Op, kind: crate::FailureKind) {
-        self.errors.get(op as usize, kind as usize).increment(1);
+    pub(crate) fn record_error(&self, op: Op, kind: FailureKind) {
+        self.errors.get(op as usize, kind as usize).increment();
     }
 
     pub(crate) fn record_skip(&self, op: Op, reason: SkipReason) {
-        self.skips.get(op as usize, reason as usize).increment(1);
+        self.skips.get(op as usize, reason as usize).increment();
+    }
+
+    /// How many `event`s this cache recorded.
+    pub(crate) fn count(&self, event: Event) -> u64 {
+        match event {
+            Event::Get(label) => self.get.row_count(label as usize),
+            Event::Set(label) => self.set.row_count(label as usize),
+            Event::Delete(label) => self.deletes[label as usize].count(),
+            Event::Error(kind) => self.errors.col_count(kind as usize),
+            Event::Skip(reason) => self.skips.col_count(reason as usize),
+            Event::SkipOf(op, reason) => self.skips.get(op as usize, reason as usize).count(),
+            Event::Transition(from, to) => self.transitions.get(from as usize, to as usize).count(),
+        }
     }
 
     pub(crate) fn record_breaker(&self, from: BreakerState, to: BreakerState) {
-        self.transitions
-            .get(from as usize, to as usize)
-            .increment(1);
+        self.transitions.get(from as usize, to as usize).increment();
         match (from, to) {
             (BreakerState::Closed, _) => self.breakers_open.increment(1.0),
             (_, BreakerState::Closed) => self.breakers_open.decrement(1.0),

@@ -3,65 +3,22 @@
 //!
 //! A read is `STRLEN key` and `GETRANGE key 0 step-1` in one pipeline (one key, one node,
 //! one round trip) under a reservation of [`READ_STEP`], taken without waiting from the first
-//! steps' own memory ([`ReadMemory::try_reserve_first`]; when it has no room, `STRLEN` alone
+//! steps' own memory ([`ReadMemory::try_reserve_first`](crate::ReadMemory::try_reserve_first); when it has no room, `STRLEN` alone
 //! first): a value that fits is whole, and the reservation is trimmed to it. A longer value
 //! (at most the read cap; a longer one is not read on) is read again whole under a
 //! reservation of its exact length, taken while holding nothing, so reads never wait on each
 //! other. A value that changed between the two reads is a miss.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use bytes::Bytes;
 
-use crate::SharedCache;
+use crate::client::SharedCache;
 use crate::conn::Failure;
+use crate::memory::ReadHold;
 use crate::metrics::Op;
 
 /// What a read reserves first, and the longest value read in one round trip: larger than
 /// nearly every image, small enough that many reads at once fit a budget.
 pub const READ_STEP: usize = 2 << 20;
-
-/// A boxed future, as [`ReadMemory::reserve`] returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Memory for the values a [`SharedCache`] reads (the loader's download budget): every read
-/// reserves its bytes here before reading them.
-pub trait ReadMemory: Send + Sync {
-    /// Reserves `bytes` for a read of a value of that known length, waiting as long as the
-    /// owner allows; `None` when there is no room (the read is then not made:
-    /// [`crate::GetOutcome::NoMemory`]).
-    fn reserve(&self, bytes: u64) -> BoxFuture<'_, Option<ReadHold>>;
-
-    /// Like [`ReadMemory::reserve`] without waiting, for a read's first step, made before the
-    /// value's length is known; `None` when there is no room now (the read then asks for the
-    /// length alone first). It should come from memory of its own: GETs to a node that hangs
-    /// keep their first steps until their deadline, and must hold nothing that other reads
-    /// (or origin downloads) wait for.
-    fn try_reserve_first(&self, bytes: u64) -> Option<ReadHold>;
-}
-
-/// Memory reserved for one value: [`ReadHold::hold`] turns the bytes read into [`Bytes`] that
-/// keep the reservation (trimmed to them) until their last copy is dropped.
-pub struct ReadHold(Box<dyn FnOnce(Vec<u8>) -> Bytes + Send>);
-
-impl std::fmt::Debug for ReadHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReadHold")
-    }
-}
-
-impl ReadHold {
-    /// A reservation, given as what wraps the bytes read.
-    pub fn new(hold: impl FnOnce(Vec<u8>) -> Bytes + Send + 'static) -> Self {
-        Self(Box::new(hold))
-    }
-
-    /// The bytes read, holding the reservation.
-    pub fn hold(self, bytes: Vec<u8>) -> Bytes {
-        (self.0)(bytes)
-    }
-}
 
 /// How a read ended (its failures are the `Err` of [`SharedCache::read_value`]).
 pub(crate) enum Read {

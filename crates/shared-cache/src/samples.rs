@@ -127,30 +127,6 @@ impl Samples {
     }
 }
 
-impl crate::SharedCache {
-    /// Starts keeping GET/SET latency samples for [`crate::SharedCache::drain_duration_samples`]
-    /// (idempotent; off until called). The `metrics` facade histograms are recorded either way.
-    pub fn enable_duration_samples(&self) {
-        self.inner.metrics.samples.get_or_init(Samples::default);
-    }
-
-    /// Takes every sample recorded since the previous drain, and the count of those dropped
-    /// because [`MAX_PENDING_SAMPLES`] were already waiting; `None` until
-    /// [`crate::SharedCache::enable_duration_samples`] was called.
-    pub fn drain_duration_samples(&self) -> Option<DrainedSamples> {
-        self.inner.metrics.samples.get().map(Samples::drain)
-    }
-
-    /// Samples dropped (buffer full) since sampling was enabled.
-    pub fn duration_samples_dropped(&self) -> u64 {
-        self.inner
-            .metrics
-            .samples
-            .get()
-            .map_or(0, Samples::dropped_total)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Interval between two failure warnings.
+pub const WARN_INTERVAL: Duration = Duration::from_secs(60);
+
 /// A source of "now", injectable so tests can move time.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant.
