@@ -192,3 +192,24 @@ pub(crate) struct Counters {
     pub(crate) sweeps: AtomicU64,
     pub(crate) skipped: AtomicU64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_rule_names_its_field() {
+        DiskCacheConfig::default().validate().unwrap();
+        let c = DiskCacheConfig {
+            ttl: MAX_TTL + Duration::from_secs(1),
+            ..Default::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field, e.value.as_str()), (Field::Ttl, "31536001"));
+        let c = DiskCacheConfig {
+            timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert_eq!(c.validate().unwrap_err().expected, "a duration > 0");
+    }
+}

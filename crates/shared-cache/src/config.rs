@@ -292,3 +292,24 @@ fn within(field: Field, d: Duration, max: Duration, over: &'static str) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_rule_names_its_field() {
+        SharedCacheConfig::default().validate().unwrap();
+        let mut c = SharedCacheConfig::default();
+        c.lease.wait = Duration::from_secs(3601);
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field, e.value.as_str()), (Field::LeaseWait, "3601"));
+        assert_eq!(
+            e.to_string(),
+            "lease.wait=3601 is invalid: expected at most 3600000 ms"
+        );
+        let mut c = SharedCacheConfig::default();
+        c.breaker.failures = 0;
+        assert_eq!(c.validate().unwrap_err().field, Field::BreakerFailures);
+    }
+}
