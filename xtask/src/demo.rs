@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::{LeaseSettings, Loader};
+use mmcache_loader::{LeaseConfig, Loader};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, redis_available};
 
 use crate::common::{self, Plan, Record, Summary, ms};
@@ -65,7 +65,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         row(name, &records, origin.total_hits() - before, t0.elapsed())
     };
     let fleet = |url: Option<&str>, lease: bool| -> anyhow::Result<Vec<Loader>> {
-        let mut settings = LeaseSettings::default();
+        let mut settings = LeaseConfig::default();
         settings.enabled = lease;
         (0..WORKERS)
             .map(|_| {

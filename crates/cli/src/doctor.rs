@@ -54,8 +54,8 @@ pub(crate) async fn run() -> anyhow::Result<u8> {
 
     println!("configuration (the URL is never printed in full):");
     println!("{config:#?}");
-    if let Some(url) = &config.shared.url {
-        println!("shared cache URL: {}", redact(url));
+    if !config.shared.url.is_empty() {
+        println!("shared cache URL: {}", redact(&config.shared.url));
     }
 
     let jpeg = select_jpeg_decoder(config.jpeg_decoder, config.libturbojpeg.as_deref())?;

@@ -34,11 +34,12 @@ pub(crate) fn run(args: KeyArgs) -> anyhow::Result<u8> {
     }
     println!("identity digest: {}", id.sha256_hex());
     println!("redis key: {}", entry_key(&id));
-    match &config.disk.dir {
+    if config.disk_enabled() {
         // Only the path: opening the tier would create the directory (with this user's
         // owner and mode, which the workers might then refuse).
-        Some(dir) => println!("disk path: {}", entry_path(dir, &id).display()),
-        None => println!("disk tier: off (MMCACHE_DISK_CACHE_DIR unset)"),
+        println!("disk path: {}", entry_path(&config.disk.dir, &id).display());
+    } else {
+        println!("disk tier: off (MMCACHE_DISK_CACHE_DIR unset)");
     }
     Ok(0)
 }

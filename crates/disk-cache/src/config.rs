@@ -1,4 +1,5 @@
-//! Settings and counters of the disk tier.
+//! Settings of the disk tier and their one check ([`DiskCacheConfig::validate`]: one message
+//! per rule, which the loader shows under the variable that set the field), and its counters.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -37,7 +38,50 @@ pub struct DiskCacheConfig {
     pub max_blocking_ops: usize,
 }
 
+/// Longest entry TTL accepted: 365 days (the shared cache's bound too).
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Longest deadline of one disk operation accepted: an hour.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// No directory (an empty path): a place to gather settings before the directory is known;
+/// the loader keeps its tier off while `dir` is empty.
+impl Default for DiskCacheConfig {
+    fn default() -> Self {
+        Self::new(PathBuf::new())
+    }
+}
+
 impl DiskCacheConfig {
+    /// Checks every field against its rule: the first refused one, with its rule.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.max_bytes == 0 {
+            return Err(Invalid::new(Field::MaxBytes, "0", "an integer > 0"));
+        }
+        if self.ttl.is_zero() {
+            return Err(Invalid::new(Field::Ttl, "0", "an integer > 0"));
+        }
+        if self.ttl > MAX_TTL {
+            let held = self.ttl.as_secs_f64().to_string();
+            return Err(Invalid::new(
+                Field::Ttl,
+                held,
+                "at most 31536000 (365 days)",
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(Invalid::new(Field::Timeout, "0", "a duration > 0"));
+        }
+        if self.timeout > MAX_TIMEOUT {
+            let held = self.timeout.as_secs_f64().to_string();
+            return Err(Invalid::new(Field::Timeout, held, "at most 3600000 ms"));
+        }
+        Ok(())
+    }
+
     /// Defaults for `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -48,6 +92,55 @@ impl DiskCacheConfig {
             group: None,
             timeout: DEFAULT_TIMEOUT,
             max_blocking_ops: DEFAULT_MAX_BLOCKING_OPS,
+        }
+    }
+}
+
+/// A field of [`DiskCacheConfig`] that has a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Field {
+    /// [`DiskCacheConfig::max_bytes`].
+    MaxBytes,
+    /// [`DiskCacheConfig::ttl`].
+    Ttl,
+    /// [`DiskCacheConfig::timeout`].
+    Timeout,
+}
+
+impl Field {
+    /// Every field with a rule.
+    pub const ALL: [Field; 3] = [Field::MaxBytes, Field::Ttl, Field::Timeout];
+
+    /// Its name in [`DiskCacheConfig`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::MaxBytes => "max_bytes",
+            Field::Ttl => "ttl",
+            Field::Timeout => "timeout",
+        }
+    }
+}
+
+/// A field outside its rule, found by [`DiskCacheConfig::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}={value} is invalid: expected {expected}", field.as_str())]
+#[non_exhaustive]
+pub struct Invalid {
+    /// The field.
+    pub field: Field,
+    /// Its value as held (a duration in seconds).
+    pub value: String,
+    /// The rule it broke.
+    pub expected: &'static str,
+}
+
+impl Invalid {
+    fn new(field: Field, value: impl Into<String>, expected: &'static str) -> Self {
+        Self {
+            field,
+            value: value.into(),
+            expected,
         }
     }
 }
@@ -98,4 +191,25 @@ pub(crate) struct Counters {
     pub(crate) evictions: AtomicU64,
     pub(crate) sweeps: AtomicU64,
     pub(crate) skipped: AtomicU64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_rule_names_its_field() {
+        DiskCacheConfig::default().validate().unwrap();
+        let c = DiskCacheConfig {
+            ttl: MAX_TTL + Duration::from_secs(1),
+            ..Default::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field, e.value.as_str()), (Field::Ttl, "31536001"));
+        let c = DiskCacheConfig {
+            timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert_eq!(c.validate().unwrap_err().expected, "a duration > 0");
+    }
 }

@@ -66,7 +66,7 @@ pub mod metrics;
 pub use cache::{CLOCK_SKEW, DiskCache, ReadHold, ReadMemory, Stall, TryReadMemory, entry_path};
 pub use config::{
     DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
-    DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, group_id,
+    DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, Field, Invalid, MAX_TIMEOUT, MAX_TTL, group_id,
 };
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};

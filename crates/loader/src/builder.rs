@@ -12,7 +12,7 @@ use mmcache_shared_cache::SharedCache;
 use crate::budget::DecodeBudget;
 use crate::hedge::{Hedge, HedgeSettings};
 use crate::inner::Inner;
-use crate::{Config, ConfigError, LeaseSettings, Loader, metrics};
+use crate::{Config, ConfigError, LeaseConfig, Loader, metrics};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -20,7 +20,6 @@ use crate::{Config, ConfigError, LeaseSettings, Loader, metrics};
 #[must_use]
 pub struct LoaderBuilder {
     config: Config,
-    clock: Option<Arc<dyn mmcache_shared_cache::Clock>>,
 }
 
 impl LoaderBuilder {
@@ -32,16 +31,12 @@ impl LoaderBuilder {
     pub fn from_env() -> Result<Self, ConfigError> {
         Ok(Self {
             config: Config::from_env()?,
-            clock: None,
         })
     }
 
     /// A builder holding `config`.
     pub fn from_config(config: Config) -> Self {
-        Self {
-            config,
-            clock: None,
-        }
+        Self { config }
     }
 
     /// The configuration so far.
@@ -51,14 +46,14 @@ impl LoaderBuilder {
 
     /// Turns the shared cache on or off.
     pub fn shared_cache(mut self, enabled: bool) -> Self {
-        self.config.shared.enabled = enabled;
+        self.config.shared_enabled = enabled;
         self
     }
 
     /// Sets the shared-cache discovery URL and turns the shared cache on.
     pub fn shared_cache_url(mut self, url: impl Into<String>) -> Self {
-        self.config.shared.url = Some(url.into());
-        self.config.shared.enabled = true;
+        self.config.shared.url = url.into();
+        self.config.shared_enabled = true;
         self
     }
 
@@ -99,7 +94,7 @@ impl LoaderBuilder {
     }
 
     /// Stampede lease on shared-cache misses.
-    pub fn shared_cache_lease(mut self, lease: LeaseSettings) -> Self {
+    pub fn shared_cache_lease(mut self, lease: LeaseConfig) -> Self {
         self.config.shared.lease = lease;
         self
     }
@@ -115,13 +110,13 @@ impl LoaderBuilder {
 
     /// Hedged shared-cache GETs and bounded SET waits.
     pub fn shared_cache_hedge(mut self, hedge: HedgeSettings) -> Self {
-        self.config.shared.hedge = hedge;
+        self.config.hedge = hedge;
         self
     }
 
     /// The clock of the shared cache's warnings and breakers (tests).
     pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
-        self.clock = Some(clock);
+        self.config.shared.clock = clock;
         self
     }
 
@@ -155,7 +150,7 @@ impl LoaderBuilder {
 
     /// Turns the host's disk tier on, in `dir` (`MMCACHE_DISK_CACHE_DIR`).
     pub fn disk_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
-        self.config.disk.dir = Some(dir.into());
+        self.config.disk.dir = dir.into();
         self
     }
 
@@ -312,7 +307,7 @@ impl LoaderBuilder {
         let checked = config.check(&Default::default())?;
         let download_budget = config.download_budget();
         let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
-        let cached = config.shared.enabled || config.disk.dir.is_some();
+        let cached = config.shared_enabled || config.disk_enabled();
         if cached && config.max_file_size_bytes > write_memory.capacity() {
             tracing::warn!(
                 largest_written = write_memory.capacity(),
@@ -324,12 +319,7 @@ impl LoaderBuilder {
         let origin = Origin::new(config.origin_config(checked.allowlist, &download_budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
         let shared = match config.shared_cache_config(&download_budget) {
-            Some(mut c) => {
-                if let Some(clock) = self.clock {
-                    c.clock = clock;
-                }
-                Some(SharedCache::new(c)?)
-            }
+            Some(c) => Some(SharedCache::new(c)?),
             None => None,
         };
         let jpeg = mmcache_decode::select_jpeg_decoder(
@@ -393,7 +383,7 @@ impl LoaderBuilder {
             inner: Arc::new(Inner {
                 limits,
                 budget,
-                hedge: Arc::new(Hedge::new(config.shared.hedge)),
+                hedge: Arc::new(Hedge::new(config.hedge)),
                 config,
                 origin,
                 shared,

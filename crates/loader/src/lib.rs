@@ -105,8 +105,8 @@ use crate::inner::{Inner, LeaveInflight, Outcome, inflight_key};
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
-    DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskSettings, LOAD_TIMEOUT_SLACK, LeaseSettings,
-    SharedCacheSettings, env,
+    DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
+    SharedCacheConfig, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
 #[doc(hidden)]

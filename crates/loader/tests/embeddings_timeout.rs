@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mmcache_loader::embeddings::{Embedding, EmbeddingError, EmbeddingKeyInput, EmbeddingSource};
-use mmcache_loader::{LeaseSettings, Loader};
+use mmcache_loader::{LeaseConfig, Loader};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
@@ -147,7 +147,7 @@ async fn the_default_deadline_leaves_a_slow_but_healthy_compute_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_compute_releases_its_fleet_lease_and_writes_nothing() {
     let cluster = RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster");
-    let mut lease = LeaseSettings::default();
+    let mut lease = LeaseConfig::default();
     lease.enabled = true;
     // The lease lives 30 s: gone within 2 s of the deadline, it was released, not expired.
     lease.ttl = Duration::from_secs(30);

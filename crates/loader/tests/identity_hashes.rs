@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mmcache_loader::scope::CacheIdentity;
-use mmcache_loader::{HedgeSettings, LeaseSettings, Loader, Source};
+use mmcache_loader::{HedgeSettings, LeaseConfig, Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
@@ -36,7 +36,7 @@ async fn a_miss_through_every_tier_hashes_its_identity_once_per_digest() {
     // lease (take, look again, release), SET. No hedge: the count must not depend on timing.
     let mut no_hedge = HedgeSettings::default();
     no_hedge.enabled = false;
-    let mut lease = LeaseSettings::default();
+    let mut lease = LeaseConfig::default();
     lease.enabled = true;
     let loader = Loader::builder()
         .allow_internal(true)

@@ -406,7 +406,7 @@ async fn a_waiter_takes_over_a_released_lease_at_once() {
     cluster
         .set_raw(&lease, b"failing-worker", Some(60))
         .unwrap();
-    let mut settings = mmcache_loader::LeaseSettings::default();
+    let mut settings = mmcache_loader::LeaseConfig::default();
     settings.enabled = true;
     settings.wait = Duration::from_secs(20);
     let loader = worker(&cluster.url())
@@ -703,7 +703,7 @@ async fn stampede(cluster: &RedisCluster, lease: bool, path: &str) -> (usize, Ve
         ),
     );
     let url = origin.url(path);
-    let mut settings = mmcache_loader::LeaseSettings::default();
+    let mut settings = mmcache_loader::LeaseConfig::default();
     settings.enabled = lease;
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -753,7 +753,7 @@ async fn a_lease_held_by_a_dead_worker_only_costs_the_wait() {
     // Someone took the lease and died: it never fills the entry.
     let lease = mmcache_loader::shared_cache::lease_key(&CacheIdentity::unscoped(&url));
     cluster.set_raw(&lease, b"dead-worker", Some(60)).unwrap();
-    let mut settings = mmcache_loader::LeaseSettings::default();
+    let mut settings = mmcache_loader::LeaseConfig::default();
     settings.enabled = true;
     settings.wait = Duration::from_millis(300);
     let loader = worker(&cluster.url())

@@ -428,7 +428,7 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
             b.shared_cache_write_behind(write_behind)
         }
         "shared_cache_hedge" | "shared_cache_hedge_min_ms" | "shared_cache_hedge_max_ms" => {
-            let mut hedge = b.config().shared.hedge;
+            let mut hedge = b.config().hedge;
             match name {
                 "shared_cache_hedge" => hedge.enabled = v.extract()?,
                 "shared_cache_hedge_min_ms" => hedge.min_delay = millis(v)?,

@@ -10,7 +10,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use crate::breaker::{BreakerState, Breakers};
-use crate::config::{MAX_TIMEOUT, MAX_TTL, SharedCacheConfig, check_duration};
+use crate::config::SharedCacheConfig;
 use crate::error::{Error, Result};
 use crate::metrics::Handles;
 use crate::samples::{DrainedSamples, Samples};
@@ -65,15 +65,13 @@ impl SharedCache {
     ///
     /// # Errors
     ///
-    /// [`Error::Scheme`], [`Error::InvalidUrl`], [`Error::Duration`] or [`Error::Tls`]. The
+    /// [`Error::Scheme`], [`Error::InvalidUrl`], [`Error::Invalid`] or [`Error::Tls`]. The
     /// messages never echo the URL.
     pub fn new(config: SharedCacheConfig) -> Result<Self> {
         if !(config.url.starts_with("redis://") || config.url.starts_with("rediss://")) {
             return Err(Error::Scheme);
         }
-        check_duration("ttl", config.ttl, MAX_TTL)?;
-        check_duration("connect_timeout", config.connect_timeout, MAX_TIMEOUT)?;
-        check_duration("io_timeout", config.io_timeout, MAX_TIMEOUT)?;
+        config.validate()?;
         install_crypto_provider();
         let mut builder = ClusterClient::builder(vec![config.url.as_str()])
             .connection_timeout(config.connect_timeout)

@@ -1,10 +1,11 @@
-//! The settings of the shared cache, their defaults and their bounds.
+//! The shared cache's settings, their defaults and bounds, and their one check
+//! ([`SharedCacheConfig::validate`]): one message per rule, which the loader shows under the
+//! variable that set the field.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::BreakerConfig;
-use crate::error::{Error, Result};
 use crate::memory::ReadMemory;
 use crate::warn::{Clock, SystemClock};
 
@@ -21,7 +22,6 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 /// (`DYN_MM_MAX_FILE_SIZE_MB` = 64), so the cache never makes a worker hold more than a
 /// download could. Other writers of the fleet (Python workers) may store values up to that size.
 pub const DEFAULT_MAX_READ_BYTES: usize = 64 * 1024 * 1024;
-
 /// Write-behind settings: SETs go to a bounded queue drained by a background task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -47,7 +47,8 @@ impl Default for WriteBehindConfig {
     }
 }
 
-/// Settings of the shared cache.
+/// Settings of the shared cache. [`Default`] has no URL (an empty one, which
+/// [`crate::SharedCache::new`] refuses): a place to gather settings before the URL is known.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct SharedCacheConfig {
@@ -62,18 +63,21 @@ pub struct SharedCacheConfig {
     /// Values larger than this are not written. Default [`DEFAULT_MAX_VALUE_BYTES`].
     pub max_value_bytes: usize,
     /// Values larger than this are never read into memory: a GET reads the value's length
-    /// with at most [`READ_STEP`](crate::read::READ_STEP) of its bytes, and a longer value than this is reported as
-    /// [`GetOutcome::Oversized`](crate::metrics::GetOutcome::Oversized) without reading on. Default [`DEFAULT_MAX_READ_BYTES`].
+    /// with at most [`crate::READ_STEP`] of its bytes, and a longer value than this is reported as
+    /// [`crate::GetOutcome::Oversized`] without reading on. Default [`DEFAULT_MAX_READ_BYTES`].
     pub max_read_bytes: usize,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system store.
     pub tls_root_ca_pem: Option<Vec<u8>>,
     /// Memory every value read reserves before its bytes are read (the loader's download
-    /// budget); the returned [`Bytes`](bytes::Bytes) hold the reservation. Default none: not counted.
+    /// budget); the returned [`bytes::Bytes`] hold the reservation. Default none: not counted.
     pub read_memory: Option<Arc<dyn ReadMemory>>,
     /// Per-node circuit breakers. Default on: 5 consecutive failures, 1 s cool-down.
     pub breaker: BreakerConfig,
     /// Write-behind of SETs. Default off.
     pub write_behind: WriteBehindConfig,
+    /// Stampede lease on misses, taken by the caller ([`crate::SharedCache::try_lease`]) and
+    /// checked here with the other settings. Default off.
+    pub lease: LeaseConfig,
     /// The clock used for warnings, breakers and rediscovery (tests move it by hand).
     pub clock: Arc<dyn Clock>,
 }
@@ -90,11 +94,18 @@ impl std::fmt::Debug for SharedCacheConfig {
             .field("read_memory", &self.read_memory.as_ref().map(|_| "<set>"))
             .field("breaker", &self.breaker)
             .field("write_behind", &self.write_behind)
+            .field("lease", &self.lease)
             .field(
                 "tls_root_ca_pem",
                 &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
             )
             .finish_non_exhaustive()
+    }
+}
+
+impl Default for SharedCacheConfig {
+    fn default() -> Self {
+        Self::new(String::new())
     }
 }
 
@@ -112,8 +123,51 @@ impl SharedCacheConfig {
             read_memory: None,
             breaker: BreakerConfig::default(),
             write_behind: WriteBehindConfig::default(),
+            lease: LeaseConfig::default(),
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Checks every field against its rule: the first refused one, with its rule.
+    ///
+    /// # Errors
+    ///
+    /// [`Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let hour = "at most 3600 seconds";
+        let hour_ms = "at most 3600000 ms";
+        let durations = [
+            (Field::Ttl, self.ttl, MAX_TTL, "at most 31536000 (365 days)"),
+            (
+                Field::ConnectTimeout,
+                self.connect_timeout,
+                MAX_TIMEOUT,
+                hour,
+            ),
+            (Field::IoTimeout, self.io_timeout, MAX_TIMEOUT, hour),
+            (
+                Field::BreakerCooldown,
+                self.breaker.cooldown,
+                MAX_TIMEOUT,
+                hour_ms,
+            ),
+            (Field::LeaseTtl, self.lease.ttl, MAX_TIMEOUT, hour_ms),
+            (Field::LeaseWait, self.lease.wait, MAX_TIMEOUT, hour_ms),
+        ];
+        for (field, d, max, over) in durations {
+            within(field, d, max, over)?;
+        }
+        let counts = [
+            (Field::MaxValueBytes, self.max_value_bytes as u64),
+            (Field::BreakerFailures, u64::from(self.breaker.failures)),
+            (Field::WriteBehindQueue, self.write_behind.max_queued as u64),
+        ];
+        for (field, n) in counts {
+            if n == 0 {
+                return Err(Invalid::new(field, "0", "an integer > 0"));
+            }
+        }
+        Ok(())
     }
 
     /// The longest any one operation may take: connect timeout plus response timeout.
@@ -128,9 +182,134 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Longest connect or response timeout accepted: an hour.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
-pub(crate) fn check_duration(name: &'static str, d: Duration, max: Duration) -> Result<()> {
-    if d.is_zero() || d > max {
-        return Err(Error::Duration { name });
+/// Stampede-lease settings: on a miss one worker fills the entry, the others wait for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseConfig {
+    /// Take a lease on a miss. Default false.
+    pub enabled: bool,
+    /// Lease lifetime (frees the entry when its holder dies). Default 5 s.
+    pub ttl: Duration,
+    /// Longest wait for the holder's fill before fetching from the origin. Default 3 s.
+    pub wait: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            ttl: Duration::from_secs(5),
+            wait: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A field of [`SharedCacheConfig`] that has a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Field {
+    /// [`SharedCacheConfig::ttl`].
+    Ttl,
+    /// [`SharedCacheConfig::connect_timeout`].
+    ConnectTimeout,
+    /// [`SharedCacheConfig::io_timeout`].
+    IoTimeout,
+    /// [`SharedCacheConfig::max_value_bytes`].
+    MaxValueBytes,
+    /// [`BreakerConfig::failures`].
+    BreakerFailures,
+    /// [`BreakerConfig::cooldown`].
+    BreakerCooldown,
+    /// [`LeaseConfig::ttl`].
+    LeaseTtl,
+    /// [`LeaseConfig::wait`].
+    LeaseWait,
+    /// [`WriteBehindConfig::max_queued`].
+    WriteBehindQueue,
+}
+
+impl Field {
+    /// Every field with a rule.
+    pub const ALL: [Field; 9] = [
+        Field::Ttl,
+        Field::ConnectTimeout,
+        Field::IoTimeout,
+        Field::MaxValueBytes,
+        Field::BreakerFailures,
+        Field::BreakerCooldown,
+        Field::LeaseTtl,
+        Field::LeaseWait,
+        Field::WriteBehindQueue,
+    ];
+
+    /// Its path in [`SharedCacheConfig`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::Ttl => "ttl",
+            Field::ConnectTimeout => "connect_timeout",
+            Field::IoTimeout => "io_timeout",
+            Field::MaxValueBytes => "max_value_bytes",
+            Field::BreakerFailures => "breaker.failures",
+            Field::BreakerCooldown => "breaker.cooldown",
+            Field::LeaseTtl => "lease.ttl",
+            Field::LeaseWait => "lease.wait",
+            Field::WriteBehindQueue => "write_behind.max_queued",
+        }
+    }
+}
+
+/// A field outside its rule, found by [`SharedCacheConfig::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}={value} is invalid: expected {expected}", field.as_str())]
+#[non_exhaustive]
+pub struct Invalid {
+    /// The field.
+    pub field: Field,
+    /// Its value as held (a duration in seconds).
+    pub value: String,
+    /// The rule it broke.
+    pub expected: &'static str,
+}
+
+impl Invalid {
+    fn new(field: Field, value: impl Into<String>, expected: &'static str) -> Self {
+        Self {
+            field,
+            value: value.into(),
+            expected,
+        }
+    }
+}
+
+/// A duration must be > 0 (else it would never fire, or expire at once) and at most `max`
+/// (a finite but huge value must be a start-up error, not an overflow in later arithmetic).
+fn within(field: Field, d: Duration, max: Duration, over: &'static str) -> Result<(), Invalid> {
+    if d.is_zero() {
+        return Err(Invalid::new(field, "0", "a duration > 0"));
+    }
+    if d > max {
+        return Err(Invalid::new(field, d.as_secs_f64().to_string(), over));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_rule_names_its_field() {
+        SharedCacheConfig::default().validate().unwrap();
+        let mut c = SharedCacheConfig::default();
+        c.lease.wait = Duration::from_secs(3601);
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field, e.value.as_str()), (Field::LeaseWait, "3601"));
+        assert_eq!(
+            e.to_string(),
+            "lease.wait=3601 is invalid: expected at most 3600000 ms"
+        );
+        let mut c = SharedCacheConfig::default();
+        c.breaker.failures = 0;
+        assert_eq!(c.validate().unwrap_err().field, Field::BreakerFailures);
+    }
 }

@@ -14,15 +14,9 @@ pub enum Error {
     /// The URL could not be parsed by the client (details withheld: they would echo it).
     #[error("shared cache URL is invalid")]
     InvalidUrl,
-    /// A timeout or TTL that is zero or over its bound ([`crate::MAX_TTL`],
-    /// [`crate::MAX_TIMEOUT`]).
-    #[error(
-        "{name} must be greater than zero and within its bound (TTL 365 days, timeouts 1 hour)"
-    )]
-    Duration {
-        /// Which setting.
-        name: &'static str,
-    },
+    /// A setting outside its rule ([`crate::SharedCacheConfig::validate`]).
+    #[error(transparent)]
+    Invalid(#[from] crate::config::Invalid),
     /// The TLS root certificate could not be used.
     #[error("shared cache TLS setup failed: {0}")]
     Tls(String),

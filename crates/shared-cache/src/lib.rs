@@ -65,7 +65,8 @@ pub use crate::breaker::{BreakerConfig, BreakerState};
 pub use crate::client::SharedCache;
 pub use crate::config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_VALUE_BYTES,
-    DEFAULT_TTL, MAX_TIMEOUT, MAX_TTL, SharedCacheConfig, WriteBehindConfig,
+    DEFAULT_TTL, Field, Invalid, LeaseConfig, MAX_TIMEOUT, MAX_TTL, SharedCacheConfig,
+    WriteBehindConfig,
 };
 pub use crate::conn::{RECONNECT_BACKOFF, REDISCOVER_AFTER};
 pub use crate::entry::{entry_key, lease_key};

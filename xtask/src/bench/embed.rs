@@ -272,7 +272,7 @@ async fn fleet_row(o: &Opts, cluster: &RedisCluster, fleet: bool) -> anyhow::Res
         .map(|_| {
             let b = if fleet {
                 // The fleet-wide single flight is the lease (off by default, as for images).
-                let mut lease = mmcache_loader::LeaseSettings::default();
+                let mut lease = mmcache_loader::LeaseConfig::default();
                 lease.enabled = true;
                 worker(Some(&cluster.url())).shared_cache_lease(lease)
             } else {

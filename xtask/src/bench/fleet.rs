@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::LeaseSettings;
+use mmcache_loader::LeaseConfig;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::RedisCluster;
@@ -38,7 +38,7 @@ pub(super) async fn stampede(
                 origin.url(&path)
             })
             .collect();
-        let mut settings = LeaseSettings::default();
+        let mut settings = LeaseConfig::default();
         settings.enabled = lease;
         let loaders = (0..o.loaders)
             .map(|_| {

@@ -77,7 +77,7 @@ fn the_docs_tables_are_generated_from_the_settings() {
         });
     panic!(
         "docs/configuration.md's tables differ from SETTINGS \
-         (crates/loader/src/config/settings.rs); run MMCACHE_BLESS=1 cargo test -p mmcache-loader --lib config{first}"
+         (crates/loader/src/config/settings/); run MMCACHE_BLESS=1 cargo test -p mmcache-loader --lib config{first}"
     );
 }
 

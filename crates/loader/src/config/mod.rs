@@ -1,15 +1,20 @@
 //! Configuration from the environment (names and defaults of the Python implementation) and
 //! from the builder. A bad value is an error that names the variable and the value.
 //!
-//! Each setting is declared once, in [`SETTINGS`] (`settings.rs`): its variable, documented
-//! default and rule, Python keyword and reader. `validate.rs` holds every bound, checked once
-//! for every source; `tiers.rs` where settings go (the tiers' own configurations); `parse.rs`
-//! the text parsers; `env.rs` the variable names.
+//! Each setting is declared once, in [`SETTINGS`] (`settings.rs` and one file per table
+//! under `settings/`): its variable, documented default and rule, Python keyword, reader and
+//! whose rule checks it. [`Config`] holds the tiers' own configuration types, so each field
+//! exists once and each tier crate checks its own fields (its `validate`); `validate.rs`
+//! checks the loader's fields and the rules spanning crates, once for every source;
+//! `tiers.rs` completes the tiers' configurations with what the loader derives; `parse.rs`
+//! holds the text parsers; `env.rs` re-exports the variable names.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use mmcache_decode::{ImageFormats, JpegDecoderChoice};
+pub use mmcache_disk_cache::DiskCacheConfig;
+pub use mmcache_shared_cache::{LeaseConfig, SharedCacheConfig};
 
 use crate::error::ConfigError;
 use crate::hedge::HedgeSettings;
@@ -47,137 +52,30 @@ pub const DEFAULT_EMBEDDING_COMPUTE_TIMEOUT: Duration = Duration::from_secs(60);
 /// wait: DNS (bounded by the connect timeout), shared-cache round trips (bounded by their I/O
 /// timeout), disk-tier I/O and scheduling.
 pub const LOAD_TIMEOUT_SLACK: Duration = Duration::from_secs(30);
-/// Shared-cache settings.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SharedCacheSettings {
-    /// Whether loads use the shared cache. Default false.
-    pub enabled: bool,
-    /// Discovery URL (secret: never logged).
-    pub url: Option<String>,
-    /// Entry TTL. Default 3600 s.
-    pub ttl: Duration,
-    /// Connect timeout. Default 0.1 s.
-    pub connect_timeout: Duration,
-    /// Response timeout. Default 2.0 s.
-    pub io_timeout: Duration,
-    /// Largest value written. Default 16 MiB.
-    pub max_value_bytes: usize,
-    /// Root CA (PEM) for `rediss://`; `None` uses the system store.
-    pub tls_root_ca_pem: Option<Vec<u8>>,
-    /// Per-node circuit breakers. Default on, 5 failures, 1 s cool-down.
-    pub breaker: mmcache_shared_cache::BreakerConfig,
-    /// Stampede lease. Default off.
-    pub lease: LeaseSettings,
-    /// Write-behind of SETs. Default off.
-    pub write_behind: mmcache_shared_cache::WriteBehindConfig,
-    /// Hedged GETs and bounded SET waits. Default on.
-    pub hedge: HedgeSettings,
-}
-
-/// Settings of the host's disk tier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DiskSettings {
-    /// Its directory; `None` turns the tier off (the default).
-    pub dir: Option<PathBuf>,
-    /// Byte budget across the host's processes. Default 10 GiB.
-    pub max_bytes: u64,
-    /// Entry TTL. Default 3600 s.
-    pub ttl: Duration,
-    /// Shared-group mode: the gid trusted besides this uid. Default `None`.
-    pub group: Option<u32>,
-    /// Deadline of one disk operation. Default 1 s.
-    pub timeout: Duration,
-}
-
-impl Default for DiskSettings {
-    fn default() -> Self {
-        Self {
-            dir: None,
-            max_bytes: mmcache_disk_cache::DEFAULT_MAX_BYTES,
-            ttl: mmcache_disk_cache::DEFAULT_TTL,
-            group: None,
-            timeout: mmcache_disk_cache::DEFAULT_TIMEOUT,
-        }
-    }
-}
-
-/// Stampede-lease settings: on a miss one worker fills the entry, the others wait for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseSettings {
-    /// Take a lease on a miss. Default false.
-    pub enabled: bool,
-    /// Lease lifetime (frees the entry when its holder dies). Default 5 s.
-    pub ttl: Duration,
-    /// Longest wait for the holder's fill before fetching from the origin. Default 3 s.
-    pub wait: Duration,
-}
-
-impl Default for LeaseSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            ttl: Duration::from_secs(5),
-            wait: Duration::from_secs(3),
-        }
-    }
-}
-
-impl std::fmt::Debug for SharedCacheSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedCacheSettings")
-            .field("enabled", &self.enabled)
-            .field("url", &self.url.as_ref().map(|_| "<redacted>"))
-            .field("ttl", &self.ttl)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("io_timeout", &self.io_timeout)
-            .field("max_value_bytes", &self.max_value_bytes)
-            .field("breaker", &self.breaker)
-            .field("lease", &self.lease)
-            .field("write_behind", &self.write_behind)
-            .field("hedge", &self.hedge)
-            .field(
-                "tls_root_ca_pem",
-                &self.tls_root_ca_pem.as_ref().map(|_| "<set>"),
-            )
-            .finish()
-    }
-}
-
-impl Default for SharedCacheSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            url: None,
-            ttl: mmcache_shared_cache::DEFAULT_TTL,
-            connect_timeout: mmcache_shared_cache::DEFAULT_CONNECT_TIMEOUT,
-            io_timeout: mmcache_shared_cache::DEFAULT_IO_TIMEOUT,
-            max_value_bytes: mmcache_shared_cache::DEFAULT_MAX_VALUE_BYTES,
-            tls_root_ca_pem: None,
-            breaker: mmcache_shared_cache::BreakerConfig::default(),
-            lease: LeaseSettings::default(),
-            write_behind: mmcache_shared_cache::WriteBehindConfig::default(),
-            hedge: HedgeSettings::default(),
-        }
-    }
-}
-
 /// Everything a [`crate::Loader`] is configured with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Not `PartialEq`: the shared cache's configuration holds hooks (its clock, its read memory).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
-    /// The shared cache.
-    pub shared: SharedCacheSettings,
+    /// Whether loads use the shared cache. Default false.
+    pub shared_enabled: bool,
+    /// The shared cache's own configuration (its `url` is required when it is on; an empty one
+    /// is unset). The loader sets its `max_read_bytes` and `read_memory` when it builds (from
+    /// the download cap and budget).
+    pub shared: SharedCacheConfig,
+    /// Hedged shared-cache GETs and bounded SET waits. Default on.
+    pub hedge: HedgeSettings,
     /// Body cap in bytes (`DYN_MM_MAX_FILE_SIZE_MB` MiB). Default 64 MiB.
     pub max_file_size_bytes: u64,
     /// Partition caches by session scope. Default false.
     pub session_scoped: bool,
     /// Allow `http://` and internal addresses. Default false.
     pub allow_internal: bool,
-    /// The host's disk tier. Default off.
-    pub disk: DiskSettings,
+    /// The host's disk tier, in the crate's own configuration: an empty `dir` (the default)
+    /// keeps the tier off. The loader sets its `max_entry_bytes` when it builds (the download
+    /// cap).
+    pub disk: DiskCacheConfig,
     /// Hosts images may come from (see [`env::ALLOWED_MEDIA_DOMAINS`]); empty: every host.
     pub allowed_media_domains: Vec<String>,
     /// Decoded-cache byte budget. Default 1 GiB.
@@ -223,11 +121,13 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            shared: SharedCacheSettings::default(),
+            shared_enabled: false,
+            shared: SharedCacheConfig::default(),
+            hedge: HedgeSettings::default(),
             max_file_size_bytes: mmcache_origin::DEFAULT_MAX_BODY_BYTES,
             session_scoped: false,
             allow_internal: false,
-            disk: DiskSettings::default(),
+            disk: DiskCacheConfig::default(),
             allowed_media_domains: Vec::new(),
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
             decoded_cache_entries: None,
@@ -252,6 +152,11 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Whether the host's disk tier is on: a directory is set.
+    pub fn disk_enabled(&self) -> bool {
+        !self.disk.dir.as_os_str().is_empty()
+    }
+
     /// The overall deadline of a load: the one set, else the sum of the origin timeout, the
     /// decode wait, the lease wait (when the lease is on) and [`LOAD_TIMEOUT_SLACK`], so that
     /// on a healthy path it never fires before the deadlines it covers (90 s with the other

@@ -11,10 +11,15 @@ fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_lookup(|name| map.get(name).cloned())
 }
 
+/// Configurations compared by what Debug shows (`Config` holds hooks, so it is not `PartialEq`).
+fn assert_same(a: &Config, b: &Config) {
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+}
+
 #[test]
 fn defaults_match_the_design() {
     let c = with(&[]).unwrap();
-    assert!(!c.shared.enabled);
+    assert!(!c.shared_enabled && !c.disk_enabled());
     assert_eq!(c.shared.ttl, Duration::from_secs(3600));
     assert_eq!(c.shared.connect_timeout, Duration::from_millis(100));
     assert_eq!(c.shared.io_timeout, Duration::from_secs(2));
@@ -26,7 +31,7 @@ fn defaults_match_the_design() {
     assert_eq!(c.decode_memory_bytes, 2 << 30);
     assert_eq!(c.decode_wait, Duration::from_secs(30));
     assert_eq!(c.embedding_cache_bytes, 1 << 30);
-    assert_eq!(c, Config::default());
+    assert_same(&c, &Config::default());
 }
 
 #[test]
@@ -48,8 +53,8 @@ fn good_values() {
     ])
     .unwrap();
     assert_eq!(c.embedding_cache_bytes, 4096);
-    assert!(c.shared.enabled && c.session_scoped && c.allow_internal);
-    assert_eq!(c.shared.url.as_deref(), Some("redis://cache:6379"));
+    assert!(c.shared_enabled && c.session_scoped && c.allow_internal);
+    assert_eq!(c.shared.url, "redis://cache:6379");
     assert_eq!(c.shared.ttl, Duration::from_secs(60));
     assert_eq!(c.shared.connect_timeout, Duration::from_millis(250));
     assert_eq!(c.shared.io_timeout, Duration::from_millis(1500));
@@ -83,9 +88,9 @@ fn good_values() {
         (env::SHARED_HEDGE_MAX_MS, "80"),
     ])
     .unwrap();
-    assert!(!c.shared.hedge.enabled);
-    assert_eq!(c.shared.hedge.min_delay, Duration::from_millis(5));
-    assert_eq!(c.shared.hedge.max_delay, Duration::from_millis(80));
+    assert!(!c.hedge.enabled);
+    assert_eq!(c.hedge.min_delay, Duration::from_millis(5));
+    assert_eq!(c.hedge.max_delay, Duration::from_millis(80));
     for (name, value) in [
         (env::SHARED_HEDGE_MIN_MS, "300"), // above the default maximum
         (env::SHARED_HEDGE_MAX_MS, "60001"),
@@ -173,8 +178,8 @@ fn every_bad_value_names_its_variable_and_value() {
 #[test]
 fn url_rules_and_secrecy() {
     assert_eq!(
-        with(&[(env::SHARED_ENABLED, "1")]),
-        Err(ConfigError::MissingCacheUrl)
+        with(&[(env::SHARED_ENABLED, "1")]).unwrap_err(),
+        ConfigError::MissingCacheUrl
     );
     // A URL is kept out of Debug output.
     let c = with(&[(env::SHARED_URL, "redis://:hunter2@cache:6379")]).unwrap();
@@ -246,8 +251,8 @@ fn disk_settings_are_read_and_bounded() {
     let d = with(&[]).unwrap().disk;
     assert_eq!((d.group, d.timeout), (None, Duration::from_secs(1)));
     assert_eq!(
-        c.disk.dir.as_deref(),
-        Some(std::path::Path::new("/var/cache/mmcache"))
+        c.disk.dir.as_path(),
+        std::path::Path::new("/var/cache/mmcache")
     );
     assert_eq!(
         (c.disk.max_bytes, c.disk.ttl),
@@ -367,7 +372,12 @@ fn every_declared_default_is_the_default() {
             continue;
         };
         let c = with(&[(s.name, value)]).unwrap();
-        assert_eq!(c, Config::default(), "{}={value}", s.name);
+        assert_eq!(
+            format!("{c:?}"),
+            format!("{:?}", Config::default()),
+            "{}={value}",
+            s.name
+        );
     }
     assert_eq!(env::ALL.len(), SETTINGS.len());
     let mut keywords: Vec<&str> = SETTINGS.iter().map(|s| s.python).collect();
@@ -461,6 +471,50 @@ fn zero_is_refused_from_the_builder_where_the_rule_says_greater_than_zero() {
         set(&mut c);
         let err = c.validate().expect_err(name).to_string();
         assert!(err.contains(name), "{err}");
+    }
+}
+
+#[test]
+fn every_tier_field_with_a_rule_is_set_by_one_setting_named_in_its_refusal() {
+    use super::settings::CheckedBy;
+    let tiers = mmcache_shared_cache::Field::ALL
+        .map(CheckedBy::SharedCache)
+        .into_iter()
+        .chain(mmcache_disk_cache::Field::ALL.map(CheckedBy::Disk));
+    for tier in tiers {
+        let setting: Vec<_> = SETTINGS.iter().filter(|s| s.checked_by == tier).collect();
+        assert_eq!(setting.len(), 1, "{tier:?}");
+        // Its refusal (a zero, which every tier rule refuses) names the variable.
+        let mut c = Config::default();
+        match tier {
+            CheckedBy::SharedCache(f) => {
+                use mmcache_shared_cache::Field as F;
+                match f {
+                    F::Ttl => c.shared.ttl = Duration::ZERO,
+                    F::ConnectTimeout => c.shared.connect_timeout = Duration::ZERO,
+                    F::IoTimeout => c.shared.io_timeout = Duration::ZERO,
+                    F::MaxValueBytes => c.shared.max_value_bytes = 0,
+                    F::BreakerFailures => c.shared.breaker.failures = 0,
+                    F::BreakerCooldown => c.shared.breaker.cooldown = Duration::ZERO,
+                    F::LeaseTtl => c.shared.lease.ttl = Duration::ZERO,
+                    F::LeaseWait => c.shared.lease.wait = Duration::ZERO,
+                    F::WriteBehindQueue => c.shared.write_behind.max_queued = 0,
+                    other => panic!("no case for {other:?}"),
+                }
+            }
+            CheckedBy::Disk(f) => {
+                use mmcache_disk_cache::Field as F;
+                match f {
+                    F::MaxBytes => c.disk.max_bytes = 0,
+                    F::Ttl => c.disk.ttl = Duration::ZERO,
+                    F::Timeout => c.disk.timeout = Duration::ZERO,
+                    other => panic!("no case for {other:?}"),
+                }
+            }
+            CheckedBy::Loader => unreachable!(),
+        }
+        let err = c.validate().expect_err(setting[0].name).to_string();
+        assert!(err.contains(setting[0].name), "{err}");
     }
 }
 

@@ -1,5 +1,6 @@
-//! Where settings go: the configurations of the origin client, the shared cache and the disk
-//! tier, made from a checked [`Config`] (the only place their fields are copied).
+//! Where settings go: the origin client's configuration, made from a checked [`Config`] (the
+//! only place its fields are copied), and the shared cache's and the disk tier's, which
+//! [`Config`] holds, completed with what the loader derives from its own settings.
 
 use std::sync::Arc;
 
@@ -33,33 +34,26 @@ impl Config {
         c
     }
 
-    /// The shared cache's configuration; `None` when it is off.
+    /// The shared cache's configuration, completed with what the loader derives; `None` when
+    /// it is off.
     pub(crate) fn shared_cache_config(&self, budget: &DownloadBudget) -> Option<SharedCacheConfig> {
-        let (true, Some(url)) = (self.shared.enabled, &self.shared.url) else {
+        if !self.shared_enabled {
             return None;
-        };
-        let mut c = SharedCacheConfig::new(url.clone());
-        c.ttl = self.shared.ttl;
-        c.connect_timeout = self.shared.connect_timeout;
-        c.io_timeout = self.shared.io_timeout;
-        c.max_value_bytes = self.shared.max_value_bytes;
+        }
+        let mut c = self.shared.clone();
         // A cached value may be as large as a download may be, never larger.
         c.max_read_bytes = usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
         c.read_memory = Some(Arc::new(BudgetReads::new(budget)));
-        c.tls_root_ca_pem = self.shared.tls_root_ca_pem.clone();
-        c.breaker = self.shared.breaker;
-        c.write_behind = self.shared.write_behind;
         Some(c)
     }
 
-    /// The disk tier's configuration; `None` when it is off.
+    /// The disk tier's configuration, completed with what the loader derives; `None` when it
+    /// is off.
     pub(crate) fn disk_cache_config(&self) -> Option<DiskCacheConfig> {
-        let dir = self.disk.dir.as_ref()?;
-        let mut c = DiskCacheConfig::new(dir);
-        c.max_bytes = self.disk.max_bytes;
-        c.ttl = self.disk.ttl;
-        c.group = self.disk.group;
-        c.timeout = self.disk.timeout;
+        if !self.disk_enabled() {
+            return None;
+        }
+        let mut c = self.disk.clone();
         // An entry may be as large as a download may be, never larger.
         c.max_entry_bytes = self.max_file_size_bytes;
         Some(c)

@@ -1,14 +1,17 @@
 //! The one check of a configuration, whether it was read from the environment or set through
-//! the builder: every bound and every rule spanning settings, one message per rule.
+//! the builder: the tier crates' own checks of their fields (shown under the variable that set
+//! the field), the loader's bounds, and every rule spanning settings; one message per rule.
 
 use std::time::Duration;
 
 use mmcache_origin::DomainAllowlist;
-use mmcache_shared_cache::{MAX_TIMEOUT, MAX_TTL};
 
+use super::settings::{CheckedBy, name_checked_by};
 use super::{Config, env};
 use crate::error::ConfigError;
 
+/// Upper bound of the origin's timeouts, the load deadline and the embedding compute deadline.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Upper bound of [`Config::decode_wait`].
 const MAX_DECODE_WAIT: Duration = Duration::from_secs(3600);
 /// Upper bound of [`Config::decode_concurrency`].
@@ -29,6 +32,13 @@ impl Given {
             .find(|(n, _)| *n == name)
             .map_or(held, |(_, v)| v.as_str());
         ConfigError::invalid(name, text, expected)
+    }
+
+    /// A tier crate's refusal of its field, under the variable that sets it.
+    fn tier(&self, checked_by: CheckedBy, held: &str, expected: &'static str) -> ConfigError {
+        // Every tier field with a rule has its setting (a test holds it).
+        let name = name_checked_by(checked_by).unwrap_or("?");
+        self.invalid(name, held, expected)
     }
 }
 
@@ -55,95 +65,32 @@ impl Config {
 
     /// [`Config::validate`], echoing the values `given` as they were given.
     pub(crate) fn check(&self, given: &Given) -> Result<Checked, ConfigError> {
+        // The tiers' own fields, by their own rules.
+        self.shared
+            .validate()
+            .map_err(|e| given.tier(CheckedBy::SharedCache(e.field), &e.value, e.expected))?;
+        self.disk
+            .validate()
+            .map_err(|e| given.tier(CheckedBy::Disk(e.field), &e.value, e.expected))?;
         let durations = [
-            (env::SHARED_TTL_SECS, self.shared.ttl),
-            (
-                env::SHARED_CONNECT_TIMEOUT_SECS,
-                self.shared.connect_timeout,
-            ),
-            (env::SHARED_IO_TIMEOUT_SECS, self.shared.io_timeout),
             (
                 env::ORIGIN_CONNECT_TIMEOUT_SECS,
                 self.origin_connect_timeout,
             ),
             (env::ORIGIN_TIMEOUT_SECS, self.origin_timeout),
-            (env::DISK_CACHE_TIMEOUT_MS, self.disk.timeout),
-            (
-                env::SHARED_BREAKER_COOLDOWN_MS,
-                self.shared.breaker.cooldown,
-            ),
-            (env::SHARED_LEASE_TTL_MS, self.shared.lease.ttl),
-            (env::SHARED_LEASE_WAIT_MS, self.shared.lease.wait),
         ];
         for (name, d) in durations {
             if d.is_zero() {
                 return Err(given.invalid(name, "0", "a duration > 0"));
             }
-        }
-        // Upper bounds: a finite but huge value (1e19 s) must be a start-up error, not an
-        // overflow in some later arithmetic; and Redis refuses absurd EX values. The shared
-        // cache's own bounds, so that it never refuses what passed here.
-        let days = "at most 31536000 (365 days)";
-        let bounded = [
-            (env::SHARED_TTL_SECS, self.shared.ttl, MAX_TTL, days),
-            (env::DISK_CACHE_TTL_SECS, self.disk.ttl, MAX_TTL, days),
-            (
-                env::SHARED_CONNECT_TIMEOUT_SECS,
-                self.shared.connect_timeout,
-                MAX_TIMEOUT,
-                "at most 3600 seconds",
-            ),
-            (
-                env::SHARED_IO_TIMEOUT_SECS,
-                self.shared.io_timeout,
-                MAX_TIMEOUT,
-                "at most 3600 seconds",
-            ),
-            (
-                env::ORIGIN_CONNECT_TIMEOUT_SECS,
-                self.origin_connect_timeout,
-                MAX_TIMEOUT,
-                "at most 3600 seconds",
-            ),
-            (
-                env::ORIGIN_TIMEOUT_SECS,
-                self.origin_timeout,
-                MAX_TIMEOUT,
-                "at most 3600 seconds",
-            ),
-            (
-                env::SHARED_BREAKER_COOLDOWN_MS,
-                self.shared.breaker.cooldown,
-                MAX_TIMEOUT,
-                "at most 3600000 ms",
-            ),
-            (
-                env::SHARED_LEASE_TTL_MS,
-                self.shared.lease.ttl,
-                MAX_TIMEOUT,
-                "at most 3600000 ms",
-            ),
-            (
-                env::SHARED_LEASE_WAIT_MS,
-                self.shared.lease.wait,
-                MAX_TIMEOUT,
-                "at most 3600000 ms",
-            ),
-            (
-                env::DISK_CACHE_TIMEOUT_MS,
-                self.disk.timeout,
-                MAX_TIMEOUT,
-                "at most 3600000 ms",
-            ),
-        ];
-        for (name, d, max, expected) in bounded {
-            if d > max {
-                return Err(given.invalid(name, &secs(d), expected));
+            // A finite but huge value (1e19 s) must be a start-up error, not an overflow in
+            // some later arithmetic.
+            if d > MAX_TIMEOUT {
+                return Err(given.invalid(name, &secs(d), "at most 3600 seconds"));
             }
         }
         let positive = [
             (env::MAX_FILE_SIZE_MB, self.max_file_size_bytes),
-            (env::DISK_CACHE_MAX_BYTES, self.disk.max_bytes),
             (
                 env::EMBEDDING_MAX_VALUE_BYTES,
                 self.embedding_max_value_bytes,
@@ -151,26 +98,11 @@ impl Config {
             (env::MAX_PIXELS, self.max_pixels),
             (env::DECODE_MEMORY_BYTES, self.decode_memory_bytes),
             (env::DOWNLOAD_MEMORY_BYTES, self.download_memory_bytes),
-            (
-                env::SHARED_MAX_VALUE_BYTES,
-                self.shared.max_value_bytes as u64,
-            ),
-            (
-                env::SHARED_BREAKER_FAILURES,
-                u64::from(self.shared.breaker.failures),
-            ),
-            (
-                env::SHARED_WRITE_BEHIND_QUEUE,
-                self.shared.write_behind.max_queued as u64,
-            ),
         ];
         for (name, n) in positive {
             if n == 0 {
                 return Err(given.invalid(name, "0", "an integer > 0"));
             }
-        }
-        if self.disk.ttl.is_zero() {
-            return Err(given.invalid(env::DISK_CACHE_TTL_SECS, "0", "an integer > 0"));
         }
         if self.embedding_chunk_bytes == 0
             || self.embedding_chunk_bytes > self.embedding_max_value_bytes
@@ -209,7 +141,7 @@ impl Config {
                 "a number of seconds > 0 and <= 3600",
             ));
         }
-        let hedge = self.shared.hedge;
+        let hedge = self.hedge;
         if hedge.min_delay.is_zero() || hedge.min_delay > hedge.max_delay {
             return Err(given.invalid(
                 env::SHARED_HEDGE_MIN_MS,
@@ -224,7 +156,7 @@ impl Config {
                 "an integer of milliseconds <= 60000",
             ));
         }
-        if self.shared.enabled && self.shared.url.is_none() {
+        if self.shared_enabled && self.shared.url.is_empty() {
             return Err(ConfigError::MissingCacheUrl);
         }
         if let Some(d) = self
