@@ -73,7 +73,10 @@
 //!
 //! # Layers
 //!
-//! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
+//! Each layer is a crate of its own (`mmcache-scope`, `mmcache-origin`, `mmcache-decode`,
+//! `mmcache-disk-cache`, `mmcache-shared-cache`). This crate re-exports the names a loader user
+//! needs from them: the types of [`Loader`]'s accessors and of the settings, the image, the
+//! errors and the scope helpers. A user that needs more depends on the layer's crate.
 
 mod background;
 mod budget;
@@ -93,10 +96,7 @@ mod write_memory;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mmcache_decode::{DecodedCache, DecodedImage};
-use mmcache_origin::Origin;
-use mmcache_scope::Scope;
-use mmcache_shared_cache::SharedCache;
+use mmcache_decode::DecodedImage;
 
 use crate::embeddings::Embeddings;
 
@@ -113,11 +113,15 @@ pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginErro
 pub use crate::handle::Loader;
 pub use crate::hedge::{HedgeSettings, HedgeStats};
 pub use crate::loaded::{Loaded, Source};
-pub use mmcache_decode::{self as decode, DecodedImage as Image};
-pub use mmcache_disk_cache as disk_cache;
-pub use mmcache_origin as origin;
-pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
-pub use mmcache_shared_cache as shared_cache;
+// The layers' names a loader user needs, listed one by one (see the crate docs).
+pub use mmcache_decode::{
+    CacheStats, DecodedCache, DecodedImage as Image, ImageFormat, ImageFormats, JpegDecoder,
+    JpegDecoderChoice,
+};
+pub use mmcache_disk_cache::{DiskCache, DiskCacheStats, DiskStatus};
+pub use mmcache_origin::{Origin, PolicyViolation};
+pub use mmcache_scope::{Scope, scope_from_headers, scope_from_pairs};
+pub use mmcache_shared_cache::{BreakerConfig, SharedCache, SharedCacheStats, WriteBehindConfig};
 
 impl Loader {
     /// A builder with the defaults (the environment is not read).
@@ -155,7 +159,7 @@ impl Loader {
     }
 
     /// The host's disk tier, when enabled.
-    pub fn disk_cache(&self) -> Option<&mmcache_disk_cache::DiskCache> {
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
         self.tiers.disk.as_ref()
     }
 
