@@ -123,7 +123,9 @@ impl LoaderBuilder {
         self
     }
 
-    /// The clock of the shared cache's warnings and breakers (tests).
+    /// The clock of the shared cache's warnings and breakers. A test seam: only with the
+    /// feature `test-seams`.
+    #[cfg(feature = "test-seams")]
     pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
         self.clock = Some(clock);
         self

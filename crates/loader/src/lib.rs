@@ -107,6 +107,8 @@ pub use crate::config::{
     SharedCacheSettings, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
+/// The fuzz entry (fuzz/): a test seam, only with the feature `test-seams`.
+#[cfg(feature = "test-seams")]
 #[doc(hidden)]
 pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
