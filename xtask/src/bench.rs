@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use mmcache_loader::decode::{DecodeLimits, decode};
-use mmcache_loader::scope::CacheIdentity;
-use mmcache_loader::shared_cache::{WriteBehindConfig, entry_key};
+use mmcache_decode::{DecodeLimits, decode};
 use mmcache_loader::{Loader, LoaderBuilder, Source};
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::{WriteBehindConfig, entry_key};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
@@ -482,9 +482,9 @@ async fn miss(o: &Opts, cluster: &RedisCluster, origin: &TestOrigin) -> anyhow::
     let n_busy = ops(o, 1500);
     let n_serial = ops(o, 300);
     let origin_client = {
-        let mut c = mmcache_loader::origin::OriginConfig::default();
+        let mut c = mmcache_origin::OriginConfig::default();
         c.allow_internal = true;
-        mmcache_loader::origin::Origin::new(c)?
+        mmcache_origin::Origin::new(c)?
     };
     // What a miss adds at the least: a GET that misses and a SET of the body, timed one at a
     // time with the raw cluster client. The c=1 rows report the ratio these alone would give.

@@ -349,6 +349,6 @@ fn cargo_afl_version() -> String {
 }
 
 fn libjpeg_turbo_loads() -> bool {
-    use mmcache_loader::decode::{JpegDecoderChoice, select_jpeg_decoder};
+    use mmcache_decode::{JpegDecoderChoice, select_jpeg_decoder};
     select_jpeg_decoder(JpegDecoderChoice::LibjpegTurbo, None).is_ok()
 }

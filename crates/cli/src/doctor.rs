@@ -4,9 +4,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use mmcache_loader::Loader;
-use mmcache_loader::decode::{JpegDecoder, select_jpeg_decoder};
-use mmcache_loader::disk_cache::DiskStatus;
+use mmcache_decode::select_jpeg_decoder;
+use mmcache_loader::{DiskStatus, JpegDecoder, Loader};
 
 /// Help text after `mmcache doctor --help`.
 pub(crate) const HELP: &str = "\
@@ -84,7 +83,7 @@ pub(crate) async fn run() -> anyhow::Result<u8> {
                 println!(
                     "  slots: {}/{}",
                     r.slots_covered,
-                    mmcache_loader::shared_cache::CLUSTER_SLOTS
+                    mmcache_shared_cache::CLUSTER_SLOTS
                 );
                 println!("  nodes: {} ({} masters serving slots)", r.nodes, r.masters);
                 println!(

@@ -2,10 +2,10 @@
 //! functions (never formatted here).
 
 use clap::Args;
+use mmcache_disk_cache::entry_path;
 use mmcache_loader::Config;
-use mmcache_loader::disk_cache::entry_path;
-use mmcache_loader::scope::CacheIdentity;
-use mmcache_loader::shared_cache::entry_key;
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::entry_key;
 
 #[derive(Debug, Args)]
 pub(crate) struct KeyArgs {

@@ -21,8 +21,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
+use mmcache_loader::Scope;
 use mmcache_loader::metrics::prometheus::PrometheusHandle;
-use mmcache_loader::scope::Scope;
 
 /// A data URL of a 1x1 GIF: examples that run anywhere, with no network.
 #[macro_export]

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use mmcache_loader::disk_cache::{DiskCache, DiskCacheConfig};
-use mmcache_loader::scope::CacheIdentity;
+use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
+use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 

@@ -4,9 +4,9 @@
 mod common;
 
 use common::{mmcache, scratch, text};
-use mmcache_loader::disk_cache::{DiskCache, DiskCacheConfig};
-use mmcache_loader::scope::{CacheIdentity, Scope};
-use mmcache_loader::shared_cache::entry_key;
+use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
+use mmcache_scope::{CacheIdentity, Scope};
+use mmcache_shared_cache::entry_key;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 

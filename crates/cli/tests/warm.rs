@@ -7,9 +7,9 @@ use std::io::Write;
 use std::process::Stdio;
 
 use common::{mmcache, scratch, text};
-use mmcache_loader::disk_cache::{DiskCache, DiskCacheConfig};
-use mmcache_loader::scope::CacheIdentity;
-use mmcache_loader::shared_cache::entry_key;
+use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::entry_key;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};

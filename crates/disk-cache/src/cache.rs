@@ -29,8 +29,11 @@ pub(crate) fn bump(c: &AtomicU64, n: u64) {
 }
 
 /// A test's stand-in for a disk that does not answer: called where a read's I/O starts.
-#[doc(hidden)]
+/// Set only through the test seams (feature `test-seams`).
+#[cfg(feature = "test-seams")]
 pub type Stall = Arc<dyn Fn() + Send + Sync>;
+#[cfg(not(feature = "test-seams"))]
+type Stall = Arc<dyn Fn() + Send + Sync>;
 
 /// Memory every entry read reserves before its bytes are read (the loader's download budget,
 /// see [`DiskCache::set_read_memory`]): given the entry's length (from `fstat`), it waits for
@@ -122,8 +125,9 @@ impl DiskCache {
     }
 
     /// Fault injection for tests (no FUSE or dm-delay here): `stall` runs on the thread of
-    /// every read, where its I/O starts, standing in for a disk that does not answer.
-    #[doc(hidden)]
+    /// every read, where its I/O starts, standing in for a disk that does not answer. A test
+    /// seam: only with the feature `test-seams`.
+    #[cfg(feature = "test-seams")]
     pub fn inject_read_stall(&self, stall: Option<Stall>) {
         if let Ok(mut s) = self.inner.read_stall.lock() {
             *s = stall;
@@ -140,8 +144,9 @@ impl DiskCache {
     }
 
     /// Fault injection for tests, as [`DiskCache::inject_read_stall`] for writes: `stall` runs
-    /// on the thread of every write, before its I/O.
-    #[doc(hidden)]
+    /// on the thread of every write, before its I/O. A test seam: only with the feature
+    /// `test-seams`.
+    #[cfg(feature = "test-seams")]
     pub fn inject_write_stall(&self, stall: Option<Stall>) {
         if let Ok(mut s) = self.inner.write_stall.lock() {
             *s = stall;

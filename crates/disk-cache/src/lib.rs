@@ -63,7 +63,9 @@ mod write;
 
 pub mod metrics;
 
-pub use cache::{CLOCK_SKEW, DiskCache, ReadHold, ReadMemory, Stall, TryReadMemory, entry_path};
+#[cfg(feature = "test-seams")]
+pub use cache::Stall;
+pub use cache::{CLOCK_SKEW, DiskCache, ReadHold, ReadMemory, TryReadMemory, entry_path};
 pub use config::{
     DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
     DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, Field, Invalid, MAX_TIMEOUT, MAX_TTL, group_id,

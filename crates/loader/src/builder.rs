@@ -10,9 +10,13 @@ use mmcache_origin::Origin;
 use mmcache_shared_cache::SharedCache;
 
 use crate::budget::DecodeBudget;
+use crate::config::{Config, LeaseConfig};
+use crate::error::ConfigError;
+use crate::handle::Loader;
 use crate::hedge::{Hedge, HedgeSettings};
-use crate::inner::Inner;
-use crate::{Config, ConfigError, LeaseConfig, Loader, metrics};
+use crate::loaded::Source;
+use crate::metrics;
+use crate::tiers::Tiers;
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -114,7 +118,9 @@ impl LoaderBuilder {
         self
     }
 
-    /// The clock of the shared cache's warnings and breakers (tests).
+    /// The clock of the shared cache's warnings and breakers. A test seam: only with the
+    /// feature `test-seams`.
+    #[cfg(feature = "test-seams")]
     pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
         self.config.shared.clock = clock;
         self
@@ -373,14 +379,14 @@ impl LoaderBuilder {
             config.decoded_cache_entries,
             config.max_pixels,
         );
-        let memory_hits = ::metrics::counter!(metrics::LOADS.name, "source" => crate::Source::Memory.as_str(), "outcome" => metrics::Outcome::Ok.as_str());
+        let memory_hits = ::metrics::counter!(metrics::LOADS.name, "source" => Source::Memory.as_str(), "outcome" => metrics::Outcome::Ok.as_str());
         let background: Arc<crate::background::Background> = Default::default();
         let embeddings = crate::embeddings::Embeddings::new(
             &config,
             crate::embeddings::Fleet::new(&config, &disk, &shared, &background),
         );
         Ok(Loader {
-            inner: Arc::new(Inner {
+            tiers: Arc::new(Tiers {
                 limits,
                 budget,
                 hedge: Arc::new(Hedge::new(config.hedge)),
@@ -395,8 +401,8 @@ impl LoaderBuilder {
                 write_memory,
                 memory_hits,
                 metrics: metrics::Handles::new(),
-                embeddings,
             }),
+            embeddings,
         })
     }
 }

@@ -43,8 +43,9 @@ pub(crate) fn decode_payload(url: &str, max_bytes: u64) -> Result<Vec<u8>, DataU
 }
 
 /// The loader's handling of `url` as a `data:` URL, for the fuzz target (fuzz/): `None` when
-/// it is not one, else what [`decode_payload`] gives. Not a supported API.
-#[doc(hidden)]
+/// it is not one, else what [`decode_payload`] gives. Not a supported API: only with the
+/// feature `test-seams`.
+#[cfg(feature = "test-seams")]
 pub fn fuzz_payload(url: &str, max_bytes: u64) -> Option<Result<Vec<u8>, DataUrlError>> {
     is_data_url(url).then(|| decode_payload(url, max_bytes))
 }

@@ -1,6 +1,6 @@
 //! Embeddings: `get_or_compute` once per key per process, scoped like images.
 //!
-//! [`Loader::embeddings`] returns the loader's [`Embeddings`] handle. A call
+//! [`Loader::embeddings`](crate::Loader::embeddings) returns the loader's [`Embeddings`] handle. A call
 //! [`Embeddings::get_or_compute`] is served, in order, by the in-memory embedding cache, a
 //! compute of the same key already in flight in this process (joined), or a new compute.
 //!
@@ -61,7 +61,7 @@ use mmcache_decode::CacheStats;
 use mmcache_scope::Scope;
 use tokio::sync::watch;
 
-use crate::{Config, Loader};
+use crate::config::Config;
 
 pub(crate) use fleet::Fleet;
 pub use fleet::{disk_entry_name, shared_key};
@@ -181,13 +181,6 @@ impl std::fmt::Debug for Embeddings {
             .field("store", &self.shared.store)
             .field("inflight", &self.shared.inflight.len())
             .finish()
-    }
-}
-
-impl Loader {
-    /// The embedding caches: [`Embeddings::get_or_compute`].
-    pub fn embeddings(&self) -> &Embeddings {
-        &self.inner.embeddings
     }
 }
 

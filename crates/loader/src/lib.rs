@@ -73,34 +73,32 @@
 //!
 //! # Layers
 //!
-//! Power users reach each layer directly: [`scope`], [`origin`], [`decode`], [`shared_cache`].
+//! Each layer is a crate of its own (`mmcache-scope`, `mmcache-origin`, `mmcache-decode`,
+//! `mmcache-disk-cache`, `mmcache-shared-cache`). This crate re-exports the names a loader user
+//! needs from them: the types of [`Loader`]'s accessors and of the settings, the image, the
+//! errors and the scope helpers. A user that needs more depends on the layer's crate.
 
 mod background;
 mod budget;
 mod builder;
 mod config;
-mod content;
 mod data_url;
 pub mod embeddings;
 mod error;
-mod fill;
+mod handle;
 mod hedge;
-mod inner;
+mod loaded;
 mod metric_labels;
 pub mod metrics;
+mod tiers;
 mod write_memory;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use mmcache_decode::{DecodedCache, DecodedImage};
-use mmcache_origin::Origin;
-use mmcache_scope::{CacheIdentity, Scope};
-use mmcache_shared_cache::SharedCache;
-use tokio::sync::watch;
+use mmcache_decode::DecodedImage;
 
-use crate::inner::{Inner, LeaveInflight, Outcome, inflight_key};
+use crate::embeddings::Embeddings;
 
 pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
@@ -109,71 +107,23 @@ pub use crate::config::{
     SharedCacheConfig, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
+/// The fuzz entry (fuzz/): a test seam, only with the feature `test-seams`.
+#[cfg(feature = "test-seams")]
 #[doc(hidden)]
 pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
+pub use crate::handle::Loader;
 pub use crate::hedge::{HedgeSettings, HedgeStats};
-pub use mmcache_decode::{self as decode, DecodedImage as Image};
-pub use mmcache_disk_cache as disk_cache;
-pub use mmcache_origin as origin;
-pub use mmcache_scope::{self as scope, scope_from_headers, scope_from_pairs};
-pub use mmcache_shared_cache as shared_cache;
-
-mmcache_scope::label_values! {
-    /// Where a load's image came from.
-    #[non_exhaustive]
-    pub enum Source: "source" {
-        /// The decoded-image cache.
-        Memory = "memory",
-        /// A load of the same identity already in flight in this process.
-        Inflight = "inflight",
-        /// The host's disk tier of encoded bytes.
-        Disk = "disk",
-        /// The shared cache of encoded bytes.
-        Shared = "shared",
-        /// The origin over HTTP(S).
-        Origin = "origin",
-        /// A `data:` URL.
-        Data = "data",
-    }
-}
-
-/// A loaded image and how it was obtained.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Loaded {
-    /// The decoded image, shared (a cache hit is the cached `Arc`, no copy).
-    pub image: Arc<DecodedImage>,
-    /// Where it came from.
-    pub source: Source,
-    /// Size of the encoded bytes, when this load had them (not for memory hits or joins).
-    pub encoded_len: Option<usize>,
-}
-
-impl Loaded {
-    /// An image decoded from the `encoded_len` bytes a tier (or a `data:` URL) gave.
-    pub(crate) fn decoded(image: Arc<DecodedImage>, source: Source, encoded_len: usize) -> Self {
-        Self {
-            image,
-            source,
-            encoded_len: Some(encoded_len),
-        }
-    }
-}
-
-/// The facade: loads image URLs through every cache layer. Cheap to clone (one `Arc`).
-#[derive(Clone)]
-pub struct Loader {
-    inner: Arc<Inner>,
-}
-
-impl std::fmt::Debug for Loader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loader")
-            .field("config", &self.inner.config)
-            .finish_non_exhaustive()
-    }
-}
+pub use crate::loaded::{Loaded, Source};
+// The layers' names a loader user needs, listed one by one (see the crate docs).
+pub use mmcache_decode::{
+    CacheStats, DecodedCache, DecodedImage as Image, ImageFormat, ImageFormats, JpegDecoder,
+    JpegDecoderChoice,
+};
+pub use mmcache_disk_cache::{DiskCache, DiskCacheStats, DiskStatus};
+pub use mmcache_origin::{Origin, PolicyViolation};
+pub use mmcache_scope::{Scope, scope_from_headers, scope_from_pairs};
+pub use mmcache_shared_cache::{BreakerConfig, SharedCache, SharedCacheStats, WriteBehindConfig};
 
 impl Loader {
     /// A builder with the defaults (the environment is not read).
@@ -192,32 +142,37 @@ impl Loader {
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        &self.tiers.config
     }
 
     /// The decoded-image cache (stats, manual eviction).
     pub fn decoded_cache(&self) -> &DecodedCache {
-        &self.inner.decoded
+        &self.tiers.decoded
     }
 
     /// The origin client (policy checks, direct fetches).
     pub fn origin(&self) -> &Origin {
-        &self.inner.origin
+        &self.tiers.origin
     }
 
     /// How often this loader hedged its shared-cache GETs, and the current delay.
     pub fn hedge_stats(&self) -> HedgeStats {
-        self.inner.hedge.stats()
+        self.tiers.hedge.stats()
     }
 
     /// The host's disk tier, when enabled.
-    pub fn disk_cache(&self) -> Option<&mmcache_disk_cache::DiskCache> {
-        self.inner.disk.as_ref()
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.tiers.disk.as_ref()
     }
 
     /// The shared cache, when enabled.
     pub fn shared_cache(&self) -> Option<&SharedCache> {
-        self.inner.shared.as_ref()
+        self.tiers.shared.as_ref()
+    }
+
+    /// The embedding caches: [`Embeddings::get_or_compute`].
+    pub fn embeddings(&self) -> &Embeddings {
+        &self.embeddings
     }
 
     /// Waits, at most `deadline`, for the writes still on their way: disk-tier entries (written
@@ -225,25 +180,7 @@ impl Loader {
     /// or queued by write-behind). Returns whether everything was written. Call it before the
     /// process exits.
     pub async fn shutdown(&self, deadline: Duration) -> bool {
-        let until = std::time::Instant::now() + deadline;
-        // The loader's write tasks first; then the disk tier's own writes, which may go on
-        // past the point where a task stopped waiting for them (the per-operation deadline).
-        let disk = async {
-            let tasks = self.inner.background.wait_idle(deadline).await;
-            let files = match &self.inner.disk {
-                Some(disk) => disk.flush(until).await,
-                None => true,
-            };
-            tasks && files
-        };
-        let shared = async {
-            match &self.inner.shared {
-                Some(shared) => shared.flush(deadline).await,
-                None => true,
-            }
-        };
-        let (disk, shared) = tokio::join!(disk, shared);
-        disk && shared
+        self.tiers.shutdown(deadline).await
     }
 
     /// Loads `url` within `scope` and returns the decoded image.
@@ -261,53 +198,7 @@ impl Loader {
     ///
     /// See [`Error`].
     pub async fn load_detailed(&self, url: &str, scope: Option<&Scope>) -> Result<Loaded> {
-        if data_url::is_data_url(url) {
-            return self
-                .inner
-                .record(Source::Data, self.load_data_url(url).await);
-        }
-        let Some(identity) = CacheIdentity::resolve(self.inner.config.session_scoped, url, scope)
-        else {
-            // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
-            self.inner.metrics.bypass.increment(1);
-            let started = Instant::now();
-            let result = self
-                .inner
-                .within_deadline(self.inner.fetch_and_decode(url))
-                .await;
-            self.inner.observe(Source::Origin, started);
-            return self.inner.record(Source::Origin, result);
-        };
-        if let Some(image) = self.inner.decoded.get(&identity) {
-            self.inner.memory_hits.increment(1);
-            return Ok(Loaded {
-                image,
-                source: Source::Memory,
-                encoded_len: None,
-            });
-        }
-        let started = Instant::now();
-        let (outcome, joined) = self.join_or_start(identity, url).await;
-        // A joined load's image came from another caller's load: none of its bytes were read
-        // here.
-        let outcome = outcome.map(|loaded| {
-            if joined {
-                Loaded {
-                    source: Source::Inflight,
-                    encoded_len: None,
-                    ..loaded
-                }
-            } else {
-                loaded
-            }
-        });
-        let source = match &outcome {
-            Ok(loaded) => loaded.source,
-            Err(_) if joined => Source::Inflight,
-            Err(_) => Source::Origin,
-        };
-        self.inner.observe(source, started);
-        self.inner.record(source, outcome)
+        self.tiers.load(url, scope).await
     }
 
     /// Loads every URL concurrently, keeping order. When any load fails, the error returned is
@@ -358,51 +249,6 @@ impl Loader {
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Internal("load task failed".into()))))
             .collect()
-    }
-
-    async fn load_data_url(&self, url: &str) -> Outcome {
-        let bytes = data_url::decode_payload(url, self.inner.config.max_file_size_bytes)?;
-        let len = bytes.len();
-        let image = self.inner.decode(Bytes::from(bytes)).await?;
-        Ok(Loaded::decoded(image, Source::Data, len))
-    }
-
-    /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
-    /// cancelled caller never cancels the load other callers wait for.
-    async fn join_or_start(&self, identity: CacheIdentity, url: &str) -> (Outcome, bool) {
-        let key = inflight_key(&identity);
-        let (mut rx, joined) = match self.inner.inflight.entry(key) {
-            dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
-            dashmap::Entry::Vacant(slot) => {
-                let (tx, rx) = watch::channel(None);
-                slot.insert(rx.clone());
-                let inner = self.inner.clone();
-                let url = url.to_owned();
-                tokio::spawn(async move {
-                    // Leaves the map even if `fill` panics, so the next load starts afresh.
-                    let leave = LeaveInflight { inner: &inner, key };
-                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
-                    let mut outcome = inner.within_deadline(fill).await;
-                    if let Ok(loaded) = &mut outcome {
-                        // The cache may already hold this content (a concurrent load of
-                        // another URL): every waiter gets the one copy it keeps.
-                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
-                    }
-                    // Leave the map before publishing: a later load sees the cache or retries.
-                    drop(leave);
-                    let _ = tx.send(Some(outcome));
-                });
-                (rx, false)
-            }
-        };
-        let outcome = match rx.wait_for(Option::is_some).await {
-            Ok(value) => value
-                .clone()
-                .unwrap_or_else(|| Err(Error::Internal("no outcome".into()))),
-            // The task ended without publishing: it panicked.
-            Err(_) => Err(Error::Internal("load task ended without a result".into())),
-        };
-        (outcome, joined)
     }
 }
 

@@ -11,7 +11,7 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 use mmcache_decode::{ImageFormat, JpegDecoder};
 use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
-use crate::Source;
+use crate::loaded::Source;
 
 pub(crate) use crate::metric_labels::PerLabel;
 pub use crate::metric_labels::{BypassReason, Outcome};

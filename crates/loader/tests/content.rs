@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mmcache_loader::embeddings::{Embedding, EmbeddingKeyInput, EmbeddingSource};
 use mmcache_loader::metrics::prometheus::PrometheusHandle;
-use mmcache_loader::scope::{ContentKey, Scope};
 use mmcache_loader::{Loader, Source};
+use mmcache_scope::{ContentKey, Scope};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
@@ -63,7 +63,7 @@ async fn same_bytes_under_two_urls_share_one_decode_within_a_scope_only() {
     assert_eq!(stats.entries, 1, "the shared image is counted once");
     assert_eq!(
         stats.bytes,
-        64 * 48 * 3 + mmcache_loader::decode::ENTRY_OVERHEAD_BYTES
+        64 * 48 * 3 + mmcache_decode::ENTRY_OVERHEAD_BYTES
     );
     // A memory hit returns the same image and key (no rehash: the key is kept with it).
     let hit = unscoped.load_detailed(&urls[1], None).await.unwrap();

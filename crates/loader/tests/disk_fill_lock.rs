@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mmcache_loader::disk_cache::{DiskCache, DiskCacheConfig, Fill};
-use mmcache_loader::{Loader, Source, scope::CacheIdentity};
+use mmcache_disk_cache::{DiskCache, DiskCacheConfig, Fill};
+use mmcache_loader::{Loader, Source};
+use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 

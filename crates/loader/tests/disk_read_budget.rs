@@ -5,7 +5,8 @@
 
 mod common;
 
-use mmcache_loader::{Loader, Source, scope::CacheIdentity};
+use mmcache_loader::{Loader, Source};
+use mmcache_scope::CacheIdentity;
 use mmcache_test_support::alloc::{Counting, peak_since, start_peak};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use mmcache_loader::{Loader, Source, scope::CacheIdentity};
+use mmcache_loader::{Loader, Source};
+use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mmcache_loader::scope::{Scope, sha256_hex};
 use mmcache_loader::{Loader, Source};
+use mmcache_scope::{Scope, sha256_hex};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};

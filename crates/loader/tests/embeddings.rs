@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mmcache_loader::Loader;
+use mmcache_loader::Scope;
 use mmcache_loader::embeddings::{
     DType, Embedding, EmbeddingError, EmbeddingKeyInput, EmbeddingSource, TensorError,
 };
-use mmcache_loader::scope::Scope;
 use tokio::sync::Notify;
 
 const MODEL: &str = "test-model@max_pixels=1003520";

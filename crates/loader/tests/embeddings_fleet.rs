@@ -9,7 +9,7 @@ use std::time::Duration;
 use mmcache_loader::embeddings::{
     DType, Embedding, EmbeddingKeyInput, EmbeddingSource, disk_entry_name, shared_key,
 };
-use mmcache_loader::{Loader, LoaderBuilder, scope::Scope};
+use mmcache_loader::{Loader, LoaderBuilder, Scope};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mmcache_loader::shared_cache::entry_key;
-use mmcache_loader::{HedgeSettings, Loader, Source, scope::CacheIdentity};
+use mmcache_loader::{HedgeSettings, Loader, Source};
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::entry_key;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use mmcache_loader::{Error, Loader, LoaderBuilder, Source, scope::Scope};
+use mmcache_loader::{Error, Loader, LoaderBuilder, Scope, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
@@ -114,7 +114,7 @@ async fn decoded_cache_holds_its_budget_and_keeps_what_is_used() {
         origin.set(p, Route::ok(images::png(10, 10, 1)));
     }
     // Room for two 10x10 images (300 bytes + overhead each), not three.
-    let per = 300 + mmcache_loader::decode::ENTRY_OVERHEAD_BYTES;
+    let per = 300 + mmcache_decode::ENTRY_OVERHEAD_BYTES;
     let loader = builder().decoded_cache_bytes(2 * per).build().unwrap();
     let load = |p: &'static str| {
         let (loader, url) = (loader.clone(), origin.url(p));

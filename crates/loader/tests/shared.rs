@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use mmcache_loader::decode::ImageFormats;
-use mmcache_loader::shared_cache::entry_key;
-use mmcache_loader::{
-    HedgeSettings, Loader, LoaderBuilder, Source, scope::CacheIdentity, scope::Scope,
-};
+use mmcache_loader::ImageFormats;
+use mmcache_loader::{HedgeSettings, Loader, LoaderBuilder, Scope, Source};
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::entry_key;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
@@ -402,7 +401,7 @@ async fn a_waiter_takes_over_a_released_lease_at_once() {
     origin.set("/t.png", Route::ok(images::png(8, 8, 2)));
     let url = origin.url("/t.png");
     // Another worker holds the lease, and gives it up (its origin fetch failed) 200 ms later.
-    let lease = mmcache_loader::shared_cache::lease_key(&CacheIdentity::unscoped(&url));
+    let lease = mmcache_shared_cache::lease_key(&CacheIdentity::unscoped(&url));
     cluster
         .set_raw(&lease, b"failing-worker", Some(60))
         .unwrap();
@@ -751,7 +750,7 @@ async fn a_lease_held_by_a_dead_worker_only_costs_the_wait() {
     origin.set("/x.png", Route::ok(images::png(8, 8, 1)));
     let url = origin.url("/x.png");
     // Someone took the lease and died: it never fills the entry.
-    let lease = mmcache_loader::shared_cache::lease_key(&CacheIdentity::unscoped(&url));
+    let lease = mmcache_shared_cache::lease_key(&CacheIdentity::unscoped(&url));
     cluster.set_raw(&lease, b"dead-worker", Some(60)).unwrap();
     let mut settings = mmcache_loader::LeaseConfig::default();
     settings.enabled = true;
@@ -779,7 +778,7 @@ async fn write_behind_returns_first_and_drains_on_shutdown() {
     }
     let cluster = cluster();
     let origin = TestOrigin::start();
-    let mut wb = mmcache_loader::shared_cache::WriteBehindConfig::default();
+    let mut wb = mmcache_shared_cache::WriteBehindConfig::default();
     wb.enabled = true;
     let loader = worker(&cluster.url())
         .shared_cache_write_behind(wb)
@@ -816,11 +815,11 @@ async fn a_full_write_behind_queue_drops_instead_of_blocking() {
         return;
     }
     let cluster = cluster();
-    let mut c = mmcache_loader::shared_cache::SharedCacheConfig::new(cluster.url());
+    let mut c = mmcache_shared_cache::SharedCacheConfig::new(cluster.url());
     c.io_timeout = Duration::from_millis(500);
     c.write_behind.enabled = true;
     c.write_behind.max_queued = 2;
-    let cache = mmcache_loader::shared_cache::SharedCache::new(c).unwrap();
+    let cache = mmcache_shared_cache::SharedCache::new(c).unwrap();
     assert!(cache.connect().await);
     let id = CacheIdentity::unscoped("https://example.com/stuck.png");
     let master = cluster.master_of(&entry_key(&id)).unwrap();
@@ -833,7 +832,7 @@ async fn a_full_write_behind_queue_drops_instead_of_blocking() {
         "queueing never waits for a SET"
     );
     cluster.resume(master).unwrap();
-    use mmcache_loader::shared_cache::WriteOutcome;
+    use mmcache_shared_cache::WriteOutcome;
     assert_eq!(
         outcomes
             .iter()
@@ -853,9 +852,9 @@ async fn a_full_write_behind_queue_drops_instead_of_blocking() {
 }
 
 async fn store_five_times(
-    cache: &mmcache_loader::shared_cache::SharedCache,
+    cache: &mmcache_shared_cache::SharedCache,
     id: &CacheIdentity,
-) -> Vec<mmcache_loader::shared_cache::WriteOutcome> {
+) -> Vec<mmcache_shared_cache::WriteOutcome> {
     let mut out = Vec::new();
     for i in 0..5u8 {
         out.push(cache.store(id, bytes::Bytes::from(vec![i; 10])).await);

@@ -7,8 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use mmcache_loader::shared_cache::entry_key;
-use mmcache_loader::{HedgeSettings, Loader, Source, scope::CacheIdentity};
+use mmcache_loader::{HedgeSettings, Loader, Source};
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::entry_key;
 use mmcache_test_support::alloc::{Counting, peak_since, start_peak};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;

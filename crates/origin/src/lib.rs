@@ -104,8 +104,8 @@ pub struct OriginConfig {
     pub dns_stale_for: Duration,
     /// Test seam: treat 127.0.0.0/8 as public (and allow `http`) while every other internal
     /// range stays refused, so tests on loopback can exercise the refusals. Never set it in
-    /// production.
-    #[doc(hidden)]
+    /// production: it exists only with the feature `test-seams`.
+    #[cfg(feature = "test-seams")]
     pub loopback_is_public: bool,
 }
 
@@ -121,8 +121,24 @@ impl Default for OriginConfig {
             dns_cache_ttl: DEFAULT_DNS_CACHE_TTL,
             download_budget: None,
             dns_stale_for: DEFAULT_DNS_STALE_FOR,
+            #[cfg(feature = "test-seams")]
             loopback_is_public: false,
         }
+    }
+}
+
+impl OriginConfig {
+    /// Whether 127.0.0.0/8 counts as public: only ever with the test seam (feature
+    /// `test-seams`).
+    #[cfg(feature = "test-seams")]
+    fn loopback_is_public(&self) -> bool {
+        self.loopback_is_public
+    }
+
+    /// Whether 127.0.0.0/8 counts as public: never without the test seam.
+    #[cfg(not(feature = "test-seams"))]
+    fn loopback_is_public(&self) -> bool {
+        false
     }
 }
 
@@ -193,7 +209,7 @@ impl Origin {
             .connect_timeout(config.connect_timeout)
             .dns_resolver(PolicyResolver {
                 allow_internal: config.allow_internal,
-                loopback_is_public: config.loopback_is_public,
+                loopback_is_public: config.loopback_is_public(),
                 resolver: resolver.clone(),
             })
             .user_agent(concat!("mmcache/", env!("CARGO_PKG_VERSION")))
@@ -273,7 +289,7 @@ impl Origin {
                 let c = &self.config;
                 let ips = self.resolver.resolve(host).await?;
                 for ip in ips.iter() {
-                    policy::check_ip_with(*ip, c.allow_internal, c.loopback_is_public)?;
+                    policy::check_ip_with(*ip, c.allow_internal, c.loopback_is_public())?;
                 }
                 ips
             }
@@ -290,7 +306,7 @@ impl Origin {
         policy::check_parsed_with(
             url,
             c.allow_internal,
-            c.loopback_is_public,
+            c.loopback_is_public(),
             &c.allowed_domains,
         )
     }

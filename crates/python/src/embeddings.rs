@@ -6,10 +6,10 @@
 //! share it. Python objects are touched only on blocking threads holding the GIL, never on a
 //! runtime worker.
 
+use mmcache_loader::Scope;
 use mmcache_loader::embeddings::{
     Embedding, EmbeddingError, EmbeddingKeyInput, EmbeddingLoaded, EmbeddingSource,
 };
-use mmcache_loader::scope::Scope;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use pyo3_async_runtimes::TaskLocals;

@@ -37,7 +37,7 @@ fn metrics_text(exclude_dynamo_shared_cache: bool) -> String {
     if !exclude_dynamo_shared_cache {
         return text;
     }
-    let dynamo: Vec<&str> = mmcache_loader::shared_cache::metrics::ALL
+    let dynamo: Vec<&str> = mmcache_loader::metrics::shared_cache::ALL
         .iter()
         .filter(|m| m.name.starts_with("dynamo_"))
         .map(|m| m.name)

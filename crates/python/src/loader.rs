@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mmcache_loader::decode::ImageFormats;
-use mmcache_loader::scope::Scope;
+use mmcache_loader::ImageFormats;
+use mmcache_loader::Scope;
 use mmcache_loader::{Config, Image, Loaded, LoaderBuilder};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -349,7 +349,7 @@ fn group(v: &Bound<'_, PyAny>) -> PyResult<u32> {
         return Ok(gid);
     }
     let name: String = v.extract()?;
-    mmcache_loader::disk_cache::group_id(&name).ok_or_else(|| {
+    mmcache_disk_cache::group_id(&name).ok_or_else(|| {
         PyValueError::new_err(format!(
             "disk_cache_group={name:?}: expected a gid or the name of a group in /etc/group"
         ))

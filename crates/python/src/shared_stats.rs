@@ -2,7 +2,7 @@
 //! `SharedImageCacheStats`, which Dynamo's `register_image_loader_metrics` drains on every
 //! scrape of a worker's `/metrics`.
 
-use mmcache_loader::shared_cache::SharedCache;
+use mmcache_loader::SharedCache;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 

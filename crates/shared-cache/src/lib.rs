@@ -78,4 +78,6 @@ pub use crate::metrics::{GetOutcome, WriteOutcome};
 pub use crate::read::READ_STEP;
 pub use crate::samples::{DrainedSamples, MAX_PENDING_SAMPLES, SampleOp, SampleSeries};
 pub use crate::stats::SharedCacheStats;
-pub use crate::warn::{Clock, ManualClock, SystemClock, WARN_INTERVAL};
+#[cfg(any(test, feature = "test-seams"))]
+pub use crate::warn::ManualClock;
+pub use crate::warn::{Clock, SystemClock, WARN_INTERVAL};

@@ -23,13 +23,15 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that only moves when told to. For tests.
+/// A clock that only moves when told to. A test seam: only with the feature `test-seams`.
+#[cfg(any(test, feature = "test-seams"))]
 #[derive(Debug)]
 pub struct ManualClock {
     base: Instant,
     offset: Mutex<Duration>,
 }
 
+#[cfg(any(test, feature = "test-seams"))]
 impl Default for ManualClock {
     fn default() -> Self {
         Self {
@@ -39,6 +41,7 @@ impl Default for ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "test-seams"))]
 impl ManualClock {
     /// Moves the clock forward.
     pub fn advance(&self, by: Duration) {
@@ -46,6 +49,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "test-seams"))]
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
         self.base + *self.offset.lock().unwrap_or_else(|p| p.into_inner())

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::decode::{DEFAULT_EMBEDDING_CHUNK_BYTES, encode_value};
+use mmcache_decode::{DEFAULT_EMBEDDING_CHUNK_BYTES, encode_value};
 use mmcache_loader::embeddings::EmbeddingKeyInput;
 use mmcache_loader::{HedgeSettings, Loader, Source};
 use mmcache_test_support::images;

@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mmcache_loader::decode::{
-    DecodeLimits, JpegDecoder, JpegDecoderChoice, decode, select_jpeg_decoder,
-};
-use mmcache_loader::scope::CacheIdentity;
+use mmcache_decode::{DecodeLimits, JpegDecoder, JpegDecoderChoice, decode, select_jpeg_decoder};
+use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 
@@ -93,7 +91,7 @@ pub(super) fn decode_rows(o: &Opts) -> anyhow::Result<Vec<Row>> {
 /// inserting into an empty one: with O(1) eviction the ratio stays near 1. The hand-written LRU
 /// this replaced scanned every entry per eviction.
 pub(super) fn cache_insert(o: &Opts) -> anyhow::Result<Vec<Row>> {
-    use mmcache_loader::decode::{DecodedCache, ENTRY_OVERHEAD_BYTES};
+    use mmcache_decode::{DecodedCache, ENTRY_OVERHEAD_BYTES};
     let resident: usize = if o.quick { 200_000 } else { 1_000_000 };
     let n = if o.quick { 50_000 } else { 200_000 };
     let image = Arc::new(decode(&images::png(1, 1, 1), &DecodeLimits::default())?);

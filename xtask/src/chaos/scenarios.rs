@@ -228,9 +228,7 @@ pub(super) fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
     ));
     let mut written = 0;
     for (i, url) in setup.urls.iter().enumerate() {
-        let key = mmcache_loader::shared_cache::entry_key(
-            &mmcache_loader::scope::CacheIdentity::unscoped(url),
-        );
+        let key = mmcache_shared_cache::entry_key(&mmcache_scope::CacheIdentity::unscoped(url));
         let value = match setup.cluster.get_raw(&key)? {
             Some(v) if i % 2 == 0 => v[..v.len() / 2].to_vec(),
             _ => b"<html>not an image</html>".to_vec(),
@@ -251,12 +249,9 @@ pub(super) fn corrupt_entries(ctx: &Ctx) -> anyhow::Result<Report> {
     // The most requested images were refilled with bytes that decode.
     let mut bad = 0;
     for url in setup.urls.iter().take(5) {
-        let key = mmcache_loader::shared_cache::entry_key(
-            &mmcache_loader::scope::CacheIdentity::unscoped(url),
-        );
+        let key = mmcache_shared_cache::entry_key(&mmcache_scope::CacheIdentity::unscoped(url));
         let ok = setup.cluster.get_raw(&key)?.is_some_and(|v| {
-            mmcache_loader::decode::decode(&v, &mmcache_loader::decode::DecodeLimits::default())
-                .is_ok()
+            mmcache_decode::decode(&v, &mmcache_decode::DecodeLimits::default()).is_ok()
         });
         bad += usize::from(!ok);
     }

@@ -19,8 +19,8 @@ use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
 
 use super::EmbeddingSource;
 use super::metrics::{FleetMetrics, FleetTier, LeaseOutcome as LeaseLabel, LeaseWait};
-use crate::Config;
 use crate::background::Background;
+use crate::config::Config;
 
 /// A chunk's key outlives its manifest's by this much, so a live manifest never names a
 /// chunk that has expired.

@@ -1,0 +1,66 @@
+//! The join of a load in flight, or its start in a task of its own.
+
+use std::sync::Arc;
+
+use mmcache_scope::CacheIdentity;
+use tokio::sync::watch;
+
+use super::{Tiers, content, inflight_key};
+use crate::error::Error;
+use crate::loaded::Outcome;
+
+impl Tiers {
+    /// Joins the load of `identity` in flight, or starts it in a task of its own so that a
+    /// cancelled caller never cancels the load other callers wait for.
+    pub(super) async fn join_or_start(
+        self: &Arc<Self>,
+        identity: CacheIdentity,
+        url: &str,
+    ) -> (Outcome, bool) {
+        let key = inflight_key(&identity);
+        let (mut rx, joined) = match self.inflight.entry(key) {
+            dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
+            dashmap::Entry::Vacant(slot) => {
+                let (tx, rx) = watch::channel(None);
+                slot.insert(rx.clone());
+                let inner = self.clone();
+                let url = url.to_owned();
+                tokio::spawn(async move {
+                    // Leaves the map even if `fill` panics, so the next load starts afresh.
+                    let leave = LeaveInflight { inner: &inner, key };
+                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
+                    let mut outcome = inner.within_deadline(fill).await;
+                    if let Ok(loaded) = &mut outcome {
+                        // The cache may already hold this content (a concurrent load of
+                        // another URL): every waiter gets the one copy it keeps.
+                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
+                    }
+                    // Leave the map before publishing: a later load sees the cache or retries.
+                    drop(leave);
+                    let _ = tx.send(Some(outcome));
+                });
+                (rx, false)
+            }
+        };
+        let outcome = match rx.wait_for(Option::is_some).await {
+            Ok(value) => value
+                .clone()
+                .unwrap_or_else(|| Err(Error::Internal("no outcome".into()))),
+            // The task ended without publishing: it panicked.
+            Err(_) => Err(Error::Internal("load task ended without a result".into())),
+        };
+        (outcome, joined)
+    }
+}
+
+/// Removes an identity from the in-flight map when dropped.
+struct LeaveInflight<'a> {
+    inner: &'a Tiers,
+    key: [u8; 32],
+}
+
+impl Drop for LeaveInflight<'_> {
+    fn drop(&mut self) {
+        self.inner.inflight.remove(&self.key);
+    }
+}

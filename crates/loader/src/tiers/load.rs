@@ -1,0 +1,87 @@
+//! One call's whole path: a `data:` URL, the bypass without a usable scope, the decoded cache,
+//! the load in flight; and the count of its outcome under the tier that served it.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use mmcache_scope::{CacheIdentity, Scope};
+
+use super::Tiers;
+use crate::data_url;
+use crate::loaded::{Loaded, Outcome, Source};
+use crate::metrics;
+
+impl Tiers {
+    /// Loads `url` within `scope` (see [`Loader::load_detailed`](crate::Loader::load_detailed)).
+    pub(crate) async fn load(
+        self: &std::sync::Arc<Self>,
+        url: &str,
+        scope: Option<&Scope>,
+    ) -> Outcome {
+        if data_url::is_data_url(url) {
+            return self.record(Source::Data, self.load_data_url(url).await);
+        }
+        let Some(identity) = CacheIdentity::resolve(self.config.session_scoped, url, scope) else {
+            // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
+            self.metrics.bypass.increment(1);
+            let started = Instant::now();
+            let result = self.within_deadline(self.fetch_and_decode(url)).await;
+            self.observe(Source::Origin, started);
+            return self.record(Source::Origin, result);
+        };
+        if let Some(image) = self.decoded.get(&identity) {
+            self.memory_hits.increment(1);
+            return Ok(Loaded {
+                image,
+                source: Source::Memory,
+                encoded_len: None,
+            });
+        }
+        let started = Instant::now();
+        let (outcome, joined) = self.join_or_start(identity, url).await;
+        // A joined load's image came from another caller's load: none of its bytes were read
+        // here.
+        let outcome = outcome.map(|loaded| {
+            if joined {
+                Loaded {
+                    source: Source::Inflight,
+                    encoded_len: None,
+                    ..loaded
+                }
+            } else {
+                loaded
+            }
+        });
+        let source = match &outcome {
+            Ok(loaded) => loaded.source,
+            Err(_) if joined => Source::Inflight,
+            Err(_) => Source::Origin,
+        };
+        self.observe(source, started);
+        self.record(source, outcome)
+    }
+
+    async fn load_data_url(&self, url: &str) -> Outcome {
+        let bytes = data_url::decode_payload(url, self.config.max_file_size_bytes)?;
+        let len = bytes.len();
+        let image = self.decode(Bytes::from(bytes)).await?;
+        Ok(Loaded::decoded(image, Source::Data, len))
+    }
+
+    fn observe(&self, source: Source, started: Instant) {
+        self.metrics
+            .load_duration(source)
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    /// Counts a load's outcome under `source` (a failure's: the tier it was headed for).
+    fn record(&self, source: Source, outcome: Outcome) -> Outcome {
+        let label = if outcome.is_ok() {
+            metrics::Outcome::Ok
+        } else {
+            metrics::Outcome::Error
+        };
+        self.metrics.loads(source, label).increment(1);
+        outcome
+    }
+}

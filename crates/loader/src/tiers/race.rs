@@ -1,0 +1,139 @@
+//! The hedged shared GET: when it has not answered within the hedge delay, the origin fetch
+//! starts beside it and the first usable image wins.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mmcache_origin::Admitted;
+use mmcache_scope::CacheIdentity;
+use mmcache_shared_cache::{GetOutcome, SharedCache};
+
+use super::Tiers;
+use super::origin::FromOrigin;
+use crate::error::Result;
+use crate::loaded::Loaded;
+use crate::metrics::HedgeOutcome;
+
+/// How a hedged GET ended.
+pub(super) enum Raced {
+    /// The GET answered first (or no hedge ran): its value and outcome.
+    Cache(Option<Bytes>, GetOutcome),
+    /// A late hit decoded before the origin answered.
+    Hit(Loaded),
+    /// The origin answered first: its decoded image and bytes, or its error.
+    Origin(Result<FromOrigin>),
+}
+
+impl Tiers {
+    /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
+    /// fetch starts beside it and the first usable image wins (a late hit still wins if it
+    /// decodes before the origin answers). The GET runs in its own task, so a hedged-away GET
+    /// still finishes and its failure still counts toward the node's breaker.
+    pub(super) async fn get_or_hedge(
+        &self,
+        shared: &SharedCache,
+        identity: &CacheIdentity,
+        url: &Admitted,
+    ) -> Raced {
+        if !self.hedge.enabled() {
+            let (cached, outcome) = shared.get_with_outcome(identity).await;
+            return Raced::Cache(cached, outcome);
+        }
+        // The GET times itself in its task: its own latency, not the wake-ups of this one.
+        let mut get = tokio::spawn({
+            let (shared, identity) = (shared.clone(), identity.clone());
+            async move {
+                let started = Instant::now();
+                let (cached, outcome) = shared.get_with_outcome(&identity).await;
+                (cached, outcome, started.elapsed())
+            }
+        });
+        let joined = |r: std::result::Result<
+            (Option<Bytes>, GetOutcome, Duration),
+            tokio::task::JoinError,
+        >| {
+            r.map_or((None, GetOutcome::Error), |(cached, outcome, _)| {
+                (cached, outcome)
+            })
+        };
+        let delay = self.hedge.current_delay();
+        if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
+            if let Ok((_, GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took)) = &r {
+                self.hedge.observe(*took);
+            }
+            let (cached, outcome) = joined(r);
+            return Raced::Cache(cached, outcome);
+        }
+        // Counted now as taking the delay, not later at its real latency (see `observe_late`).
+        self.hedge.observe_late(delay);
+        if !self.hedge.try_take() {
+            self.record_hedge(HedgeOutcome::OverBudget);
+            // No hedge budget left: the GET gets up to the cap, then the origin starts all the
+            // same. Waiting for the whole GET (up to the I/O timeout) would let one slow node
+            // cost a load far more than the origin does.
+            let rest = self.hedge.max_delay().saturating_sub(delay);
+            if let Ok(r) = tokio::time::timeout(rest, &mut get).await {
+                let (cached, outcome) = joined(r);
+                return Raced::Cache(cached, outcome);
+            }
+        }
+        let origin = self.fetch_and_decode_bytes(url);
+        tokio::pin!(origin);
+        // Phase 1: whichever answers first.
+        let cached = tokio::select! {
+            fetched = &mut origin => match fetched {
+                Ok(fetched) => {
+                    self.record_hedge(HedgeOutcome::OriginWon);
+                    return Raced::Origin(Ok(fetched.hedged()));
+                }
+                // A fast origin failure must not beat a slow cache hit: wait for the GET.
+                Err(e) => {
+                    let (cached, _) = joined(get.await);
+                    return match cached {
+                        Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
+                            Ok(Some(hit)) => {
+                                self.record_hedge(HedgeOutcome::CacheWon);
+                                Raced::Hit(hit)
+                            }
+                            _ => Raced::Origin(Err(e)),
+                        },
+                        None => Raced::Origin(Err(e)),
+                    };
+                }
+            },
+            r = &mut get => joined(r).0,
+        };
+        // Phase 2: a late hit races the origin through its decode.
+        if let Some(bytes) = cached {
+            let decoded = self.decode_cached(shared, identity, bytes);
+            tokio::pin!(decoded);
+            tokio::select! {
+                fetched = &mut origin => match fetched {
+                    Ok(fetched) => {
+                        self.record_hedge(HedgeOutcome::OriginWon);
+                        return Raced::Origin(Ok(fetched.hedged()));
+                    }
+                    Err(e) => {
+                        if let Ok(Some(hit)) = decoded.await {
+                            self.record_hedge(HedgeOutcome::CacheWon);
+                            return Raced::Hit(hit);
+                        }
+                        return Raced::Origin(Err(e));
+                    }
+                },
+                d = &mut decoded => {
+                    if let Ok(Some(hit)) = d {
+                        self.record_hedge(HedgeOutcome::CacheWon);
+                        return Raced::Hit(hit);
+                    }
+                }
+            }
+        }
+        self.record_hedge(HedgeOutcome::OriginWon);
+        Raced::Origin(origin.await.map(FromOrigin::hedged))
+    }
+
+    fn record_hedge(&self, outcome: HedgeOutcome) {
+        self.hedge.record(outcome);
+    }
+}
