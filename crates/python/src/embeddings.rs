@@ -110,6 +110,16 @@ impl Embeddings {
         Ok(d)
     }
 
+    /// The compute deadline in seconds (`MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`), as the
+    /// loader has it: the setting, else its default.
+    #[getter]
+    fn compute_timeout_secs(&self) -> f64 {
+        self.loader
+            .config()
+            .embedding_compute_timeout()
+            .as_secs_f64()
+    }
+
     fn __repr__(&self) -> String {
         let stats = self.loader.embeddings().stats();
         format!(
