@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import mmcache
-from mmcache import errors
+from mmcache import _native, errors
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = "test-model@max_pixels=1003520"
 
 
@@ -561,8 +563,25 @@ def test_a_compute_past_the_deadline_is_a_408_for_every_waiter_and_is_cancelled(
     assert retry.runs == 1 and fresh.source == "computed"
 
 
-def test_the_default_compute_deadline_leaves_a_normal_compute_alone():
+def test_the_default_compute_deadline_is_60_s_as_documented_and_leaves_a_normal_compute_alone():
     loader = mmcache.Loader()
+    # The deadline the loader actually has, read back (not assumed): 60 s by default, what
+    # the keyword and the variable set otherwise.
+    default = loader.embeddings.compute_timeout_secs
+    assert default == 60.0
+    assert mmcache.Loader(embedding_compute_timeout_secs=2.5).embeddings.compute_timeout_secs == 2.5
+    var = _native.SETTINGS["embedding_compute_timeout_secs"]
+    assert mmcache.Loader(environ={var: "7"}).embeddings.compute_timeout_secs == 7.0
+    # Every Python-facing text that states the default states this one.
+    said = f"default {default:g} s"
+    readme = (ROOT / "crates/python/README.md").read_text()
+    row = next(line for line in readme.splitlines() if "`EmbeddingTimeoutError`" in line)
+    for where, text in [
+        ("README", row),
+        ("EmbeddingTimeoutError", errors.EmbeddingTimeoutError.__doc__),
+        ("mmcache.embeddings", mmcache.embeddings.__doc__),
+    ]:
+        assert said in " ".join(text.split()), (where, said)
 
     async def main():
         slow = Counter(np.ones(4, dtype=np.float32))

@@ -13,7 +13,8 @@
 //!   [`EmbeddingError::Compute`], and the next call computes again. A panic in the compute is
 //!   [`EmbeddingError::Panicked`], never a poisoned entry.
 //! - **Scoped like images**: in session-scoped mode the scope digest is part of every key, and
-//!   a call without a usable scope computes every time, caching and joining nothing.
+//!   a call without a usable scope computes every time, caching and joining nothing. Such a
+//!   compute is its caller's alone: dropping the call stops it.
 //! - **Byte budget** `MMCACHE_EMBEDDING_CACHE_BYTES` (default 1 GiB): an entry heavier than the
 //!   budget is returned but not stored. A budget of 0 stores nothing, but concurrent computes
 //!   of one key still join (the join costs nothing and saves an encoder run).
@@ -439,8 +440,10 @@ impl Shared {
     }
 }
 
-/// Runs `compute` in a task of its own within the compute deadline, turning its error, panic
-/// or lateness into an [`EmbeddingError`]; a late compute's task is aborted (its future dropped).
+/// Runs `compute` in a task of its own (a panic is caught there) within the compute deadline,
+/// turning its error, panic or lateness into an [`EmbeddingError`]. The task lives no longer
+/// than this future: late, or with this future dropped (a bypass caller gone), it is aborted
+/// and the compute's future dropped.
 async fn run<F, Fut, E>(shared: Arc<Shared>, compute: F) -> Outcome
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -449,14 +452,14 @@ where
 {
     let started = Instant::now();
     // The error is converted inside the task: `E` need not be `Send`, the box is.
-    let mut handle = tokio::spawn(async move {
+    let mut task = AbortOnDrop(tokio::spawn(async move {
         compute()
             .await
             .map_err(|e| Arc::<dyn StdError + Send + Sync>::from(e.into()))
-    });
+    }));
     let after = shared.compute_timeout;
-    let Ok(joined) = tokio::time::timeout(after, &mut handle).await else {
-        handle.abort();
+    let Ok(joined) = tokio::time::timeout(after, &mut task.0).await else {
+        drop(task);
         shared
             .metrics
             .computed(ComputeOutcome::Timeout, started.elapsed().as_secs_f64());
@@ -487,6 +490,15 @@ where
         .metrics
         .computed(label, started.elapsed().as_secs_f64());
     outcome
+}
+
+/// Aborts its task when dropped (a no-op once the task has finished).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Removes a key from the in-flight map when dropped, even if the driving task unwinds.

@@ -110,6 +110,16 @@ impl Embeddings {
         Ok(d)
     }
 
+    /// The compute deadline in seconds (`MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`), as the
+    /// loader has it: the setting, else its default.
+    #[getter]
+    fn compute_timeout_secs(&self) -> f64 {
+        self.loader
+            .config()
+            .embedding_compute_timeout()
+            .as_secs_f64()
+    }
+
     fn __repr__(&self) -> String {
         let stats = self.loader.embeddings().stats();
         format!(
@@ -195,7 +205,10 @@ fn content_key_bytes(hex: &str) -> Option<[u8; 32]> {
 /// Runs `compute()` on the caller's loop (`locals`) and converts what it returns. Dropped
 /// before it finishes (the compute deadline aborts it), it cancels the Python task.
 async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding, PyErr> {
-    let (started, task) = tokio::task::spawn_blocking(move || {
+    // The guard is armed on the blocking thread the moment the task exists: if this future
+    // is dropped while that thread still runs (the deadline passed during `compute()`'s own
+    // call), the thread's result is dropped unclaimed, and the guard with it cancels the task.
+    let (started, mut cancel) = tokio::task::spawn_blocking(move || {
         Python::attach(|py| {
             let awaitable = compute.bind(py).call0()?;
             let inspect = py.import("inspect")?;
@@ -213,14 +226,14 @@ async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding
                 .import("mmcache.embeddings")?
                 .getattr("_Compute")?
                 .call1((awaitable, locals.event_loop(py)))?;
+            let cancel = CancelOnDrop(Some(task.clone().unbind()));
             let started =
                 pyo3_async_runtimes::into_future_with_locals(&locals, task.call_method0("run")?)?;
-            Ok((started, task.unbind()))
+            Ok((started, cancel))
         })
     })
     .await
     .map_err(join_error)??;
-    let mut cancel = CancelOnDrop(Some(task));
     let value = started.await;
     cancel.0 = None;
     let value = value?;

@@ -55,6 +55,13 @@ class Embeddings:
         """``entries``, ``current_bytes`` (weighed), ``capacity_bytes`` and ``inflight`` now."""
         return self._native.stats
 
+    @property
+    def compute_timeout_secs(self) -> float:
+        """The compute deadline this loader has, in seconds (read-only): set by
+        ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`` or the keyword
+        ``embedding_compute_timeout_secs``, 60 by default."""
+        return self._native.compute_timeout_secs
+
     def __repr__(self) -> str:
         return repr(self._native)
 
