@@ -122,7 +122,7 @@ impl LoaderBuilder {
     /// feature `test-seams`.
     #[cfg(feature = "test-seams")]
     pub fn shared_cache_clock(mut self, clock: Arc<dyn mmcache_shared_cache::Clock>) -> Self {
-        self.config.shared.clock = clock;
+        self.config.shared.set_clock(clock);
         self
     }
 
@@ -308,10 +308,11 @@ impl LoaderBuilder {
     /// [`ConfigError`] for an invalid setting, a refused cache URL or a client that cannot be
     /// built.
     pub fn build(self) -> Result<Loader, ConfigError> {
-        let config = self.config;
+        let mut config = self.config;
         // The one check `Config::from_lookup` ran too, for the setters' values.
         let checked = config.check(&Default::default())?;
         let download_budget = config.download_budget();
+        config.complete(&download_budget);
         let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
         let cached = config.shared_enabled || config.disk_enabled();
         if cached && config.max_file_size_bytes > write_memory.capacity() {
@@ -324,7 +325,7 @@ impl LoaderBuilder {
         }
         let origin = Origin::new(config.origin_config(checked.allowlist, &download_budget))
             .map_err(|e| ConfigError::Origin(e.to_string()))?;
-        let shared = match config.shared_cache_config(&download_budget) {
+        let shared = match config.shared_cache_config() {
             Some(c) => Some(SharedCache::new(c)?),
             None => None,
         };

@@ -78,14 +78,15 @@ pub struct SharedCacheConfig {
     /// Stampede lease on misses, taken by the caller ([`crate::SharedCache::try_lease`]) and
     /// checked here with the other settings. Default off.
     pub lease: LeaseConfig,
-    /// The clock used for warnings, breakers and rediscovery (tests move it by hand).
-    pub clock: Arc<dyn Clock>,
+    /// The clock used for warnings, breakers and rediscovery: the system's, or one a test
+    /// moves by hand ([`SharedCacheConfig::set_clock`], a test seam).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for SharedCacheConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedCacheConfig")
-            .field("url", &"<redacted>")
+            .field("url", &(!self.url.is_empty()).then_some("<redacted>"))
             .field("ttl", &self.ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
@@ -126,6 +127,13 @@ impl SharedCacheConfig {
             lease: LeaseConfig::default(),
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Replaces the clock of warnings, breakers and rediscovery. A test seam: only with the
+    /// feature `test-seams`.
+    #[cfg(any(test, feature = "test-seams"))]
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     /// Checks every field against its rule: the first refused one, with its rule.

@@ -145,7 +145,7 @@ async fn failures_fail_open_and_warnings_are_rate_limited() {
     let port = mmcache_test_support::closed_port();
     let clock = Arc::new(ManualClock::default());
     let mut config = SharedCacheConfig::new(format!("redis://127.0.0.1:{port}"));
-    config.clock = clock.clone();
+    config.set_clock(clock.clone());
     config.breaker.enabled = false; // count every failure; the breaker has its own test
     let cache = SharedCache::new(config).unwrap();
     let started = Instant::now();
@@ -352,7 +352,7 @@ fn breaker_cache(url: String, clock: Arc<ManualClock>) -> SharedCache {
     let mut c = SharedCacheConfig::new(url);
     c.connect_timeout = Duration::from_millis(200);
     c.io_timeout = Duration::from_millis(300);
-    c.clock = clock;
+    c.set_clock(clock);
     SharedCache::new(c).unwrap()
 }
 

@@ -20,7 +20,7 @@ fn id(n: usize) -> CacheIdentity {
 /// rediscovery delay" costs no real time.
 fn cache(url: String, clock: Arc<ManualClock>) -> SharedCache {
     let mut c = SharedCacheConfig::new(url);
-    c.clock = clock;
+    c.set_clock(clock);
     SharedCache::new(c).unwrap()
 }
 

@@ -530,3 +530,18 @@ fn the_log_level_is_read_once_for_the_command_and_the_package() {
         "{err}"
     );
 }
+
+#[test]
+fn a_built_loader_shows_the_tier_limits_in_force() {
+    // The loader derives the tiers' read and entry caps from the download cap at build;
+    // `config()` shows those, not the tiers' own defaults that no read obeys.
+    let loader = crate::Loader::builder()
+        .shared_cache_url("redis://127.0.0.1:1")
+        .max_file_size_bytes(8 << 20)
+        .build()
+        .unwrap();
+    let c = loader.config();
+    assert_eq!(c.shared.max_read_bytes, 8 << 20);
+    assert!(c.shared.read_memory.is_some(), "reads count in the download budget");
+    assert_eq!(c.disk.max_entry_bytes, 8 << 20);
+}

@@ -1,6 +1,6 @@
 //! Where settings go: the origin client's configuration, made from a checked [`Config`] (the
 //! only place its fields are copied), and the shared cache's and the disk tier's, which
-//! [`Config`] holds, completed with what the loader derives from its own settings.
+//! [`Config`] holds, completed at build with what the loader derives from its own settings.
 
 use std::sync::Arc;
 
@@ -34,29 +34,24 @@ impl Config {
         c
     }
 
-    /// The shared cache's configuration, completed with what the loader derives; `None` when
-    /// it is off.
-    pub(crate) fn shared_cache_config(&self, budget: &DownloadBudget) -> Option<SharedCacheConfig> {
-        if !self.shared_enabled {
-            return None;
-        }
-        let mut c = self.shared.clone();
-        // A cached value may be as large as a download may be, never larger.
-        c.max_read_bytes = usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
-        c.read_memory = Some(Arc::new(BudgetReads::new(budget)));
-        Some(c)
+    /// Completes the tiers' configurations with what the loader derives from its own
+    /// settings, at build, so that [`crate::Loader::config`] shows the values in force.
+    pub(crate) fn complete(&mut self, budget: &DownloadBudget) {
+        // A cached value or entry may be as large as a download may be, never larger.
+        self.shared.max_read_bytes =
+            usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
+        self.shared.read_memory = Some(Arc::new(BudgetReads::new(budget)));
+        self.disk.max_entry_bytes = self.max_file_size_bytes;
     }
 
-    /// The disk tier's configuration, completed with what the loader derives; `None` when it
-    /// is off.
+    /// The shared cache's configuration; `None` when it is off.
+    pub(crate) fn shared_cache_config(&self) -> Option<SharedCacheConfig> {
+        self.shared_enabled.then(|| self.shared.clone())
+    }
+
+    /// The disk tier's configuration; `None` when it is off.
     pub(crate) fn disk_cache_config(&self) -> Option<DiskCacheConfig> {
-        if !self.disk_enabled() {
-            return None;
-        }
-        let mut c = self.disk.clone();
-        // An entry may be as large as a download may be, never larger.
-        c.max_entry_bytes = self.max_file_size_bytes;
-        Some(c)
+        self.disk_enabled().then(|| self.disk.clone())
     }
 }
 
