@@ -30,9 +30,15 @@ fn scoped(deadline: Duration) -> Loader {
         .unwrap()
 }
 
-/// A bypass call whose compute never returns; `dropped` is set when its future is dropped.
-async fn hung(loader: &Loader, dropped: &Arc<AtomicBool>) -> Result<(), EmbeddingError> {
+/// A bypass call whose compute never returns; `started` is set when the compute runs,
+/// `dropped` when its future is dropped.
+async fn hung(
+    loader: &Loader,
+    started: &Arc<AtomicBool>,
+    dropped: &Arc<AtomicBool>,
+) -> Result<(), EmbeddingError> {
     let flag = DropFlag(dropped.clone());
+    let started = started.clone();
     loader
         .embeddings()
         .get_or_compute(
@@ -41,6 +47,7 @@ async fn hung(loader: &Loader, dropped: &Arc<AtomicBool>) -> Result<(), Embeddin
             None,
             move || async move {
                 let _flag = flag;
+                started.store(true, Ordering::SeqCst);
                 std::future::pending::<Result<Embedding, String>>().await
             },
         )
@@ -63,12 +70,17 @@ async fn eventually(flag: &AtomicBool) -> bool {
 async fn dropping_a_bypass_caller_stops_its_compute() {
     // A deadline far away: only the caller's drop can stop the compute within the test.
     let loader = scoped(Duration::from_secs(600));
-    let dropped = Arc::new(AtomicBool::new(false));
+    let (started, dropped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let caller = tokio::spawn({
-        let (loader, dropped) = (loader.clone(), dropped.clone());
-        async move { hung(&loader, &dropped).await }
+        let (loader, started, dropped) = (loader.clone(), started.clone(), dropped.clone());
+        async move { hung(&loader, &started, &dropped).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Aborted only once the compute runs: an abort before would drop the unused closure, and
+    // with it the flag, whatever the loader does with a running compute.
+    assert!(eventually(&started).await, "the compute started");
     assert!(!dropped.load(Ordering::SeqCst), "the compute is running");
     caller.abort();
     assert!(caller.await.unwrap_err().is_cancelled());
@@ -83,8 +95,11 @@ async fn dropping_a_bypass_caller_stops_its_compute() {
 async fn the_compute_deadline_holds_on_the_bypass_path() {
     let deadline = Duration::from_millis(300);
     let loader = scoped(deadline);
-    let dropped = Arc::new(AtomicBool::new(false));
-    let got = tokio::time::timeout(Duration::from_secs(20), hung(&loader, &dropped))
+    let (started, dropped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let got = tokio::time::timeout(Duration::from_secs(20), hung(&loader, &started, &dropped))
         .await
         .expect("answered at the deadline");
     let err = got.expect_err("a compute that never returns");
@@ -93,5 +108,9 @@ async fn the_compute_deadline_holds_on_the_bypass_path() {
         "{err:?}"
     );
     assert_eq!(err.http_status(), 408);
+    assert!(
+        started.load(Ordering::SeqCst),
+        "the compute ran until the deadline"
+    );
     assert!(eventually(&dropped).await, "the late compute was dropped");
 }
