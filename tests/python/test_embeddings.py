@@ -580,6 +580,8 @@ def test_the_default_compute_deadline_is_60_s_as_documented_and_leaves_a_normal_
         ("README", row),
         ("EmbeddingTimeoutError", errors.EmbeddingTimeoutError.__doc__),
         ("mmcache.embeddings", mmcache.embeddings.__doc__),
+        ("compute_timeout_secs", type(loader.embeddings).compute_timeout_secs.__doc__),
+        ("docs/embeddings.md", (ROOT / "docs/embeddings.md").read_text()),
     ]:
         assert said in " ".join(text.split()), (where, said)
 

@@ -59,7 +59,7 @@ class Embeddings:
     def compute_timeout_secs(self) -> float:
         """The compute deadline this loader has, in seconds (read-only): set by
         ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS`` or the keyword
-        ``embedding_compute_timeout_secs``, 60 by default."""
+        ``embedding_compute_timeout_secs``; default 60 s."""
         return self._native.compute_timeout_secs
 
     def __repr__(self) -> str:
@@ -129,3 +129,7 @@ class _Compute:
         self._cancelled = True
         if self._task is not None:
             self._task.cancel()
+        elif inspect.iscoroutine(self._awaitable):
+            # Not started, and perhaps never to be (its task may not have been made): closed
+            # here, so it is never left unawaited. `run` closes it again if it starts: harmless.
+            self._awaitable.close()
