@@ -54,7 +54,9 @@ impl LoaderBuilder {
         self
     }
 
-    /// Sets the shared-cache discovery URL and turns the shared cache on.
+    /// Sets the shared-cache discovery URL and turns the shared cache on. An empty URL is no
+    /// URL (as a blank variable is): [`LoaderBuilder::build`] then refuses the enabled cache
+    /// with [`ConfigError::MissingCacheUrl`].
     pub fn shared_cache_url(mut self, url: impl Into<String>) -> Self {
         self.config.shared.url = url.into();
         self.config.shared_enabled = true;
@@ -154,7 +156,8 @@ impl LoaderBuilder {
         self
     }
 
-    /// Turns the host's disk tier on, in `dir` (`MMCACHE_DISK_CACHE_DIR`).
+    /// Turns the host's disk tier on, in `dir` (`MMCACHE_DISK_CACHE_DIR`). An empty path is
+    /// no directory (as a blank variable is): the tier stays off.
     pub fn disk_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.config.disk.dir = dir.into();
         self
