@@ -212,4 +212,23 @@ mod tests {
         };
         assert_eq!(c.validate().unwrap_err().expected, "a duration > 0");
     }
+
+    #[test]
+    fn each_refusal_states_the_bound_it_checks() {
+        // The texts are literals (`expected` is `&'static str`): held here to the constants.
+        let over = Duration::from_millis(1);
+        let c = DiskCacheConfig {
+            ttl: MAX_TTL + over,
+            ..Default::default()
+        };
+        let ttl = c.validate().unwrap_err().expected;
+        assert!(ttl.contains(&MAX_TTL.as_secs().to_string()), "{ttl}");
+        let c = DiskCacheConfig {
+            timeout: MAX_TIMEOUT + over,
+            ..Default::default()
+        };
+        let timeout = c.validate().unwrap_err().expected;
+        let millis = format!("at most {} ms", MAX_TIMEOUT.as_millis());
+        assert_eq!(timeout, millis);
+    }
 }

@@ -320,4 +320,31 @@ mod tests {
         c.breaker.failures = 0;
         assert_eq!(c.validate().unwrap_err().field, Field::BreakerFailures);
     }
+
+    #[test]
+    fn each_refusal_states_the_bound_it_checks() {
+        // The texts are literals (`expected` is `&'static str`): held here to the constants.
+        let refusal = |set: fn(&mut SharedCacheConfig, Duration), max: Duration| {
+            let mut c = SharedCacheConfig::default();
+            set(&mut c, max + Duration::from_millis(1));
+            c.validate().unwrap_err().expected
+        };
+        let ttl = refusal(|c, d| c.ttl = d, MAX_TTL);
+        assert!(ttl.contains(&MAX_TTL.as_secs().to_string()), "{ttl}");
+        let secs = MAX_TIMEOUT.as_secs().to_string();
+        let millis = MAX_TIMEOUT.as_millis().to_string();
+        for (set, unit) in [
+            (
+                (|c, d| c.connect_timeout = d) as fn(&mut SharedCacheConfig, Duration),
+                &secs,
+            ),
+            (|c, d| c.io_timeout = d, &secs),
+            (|c, d| c.breaker.cooldown = d, &millis),
+            (|c, d| c.lease.ttl = d, &millis),
+            (|c, d| c.lease.wait = d, &millis),
+        ] {
+            let text = refusal(set, MAX_TIMEOUT);
+            assert!(text.contains(&format!("at most {unit} ")), "{text}");
+        }
+    }
 }

@@ -542,6 +542,9 @@ fn a_built_loader_shows_the_tier_limits_in_force() {
         .unwrap();
     let c = loader.config();
     assert_eq!(c.shared.max_read_bytes, 8 << 20);
-    assert!(c.shared.read_memory.is_some(), "reads count in the download budget");
+    assert!(
+        c.shared.read_memory.is_some(),
+        "reads count in the download budget"
+    );
     assert_eq!(c.disk.max_entry_bytes, 8 << 20);
 }
