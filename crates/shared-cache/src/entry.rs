@@ -59,14 +59,23 @@ impl SharedCache {
         (value, outcome)
     }
 
+    /// Whether a value of `len` bytes is over the write cap: then its write is skipped and
+    /// counted (`reason="too_large"`), whichever way it was to be written.
+    fn skips_too_large(&self, len: usize) -> bool {
+        let over = len > self.inner.config.max_value_bytes;
+        if over {
+            self.inner
+                .metrics
+                .record_skip(Op::Set, SkipReason::TooLarge);
+        }
+        over
+    }
+
     /// Stores `bytes` for `identity` with the configured TTL (`SET key bytes EX ttl`).
     /// Values over [`SharedCacheConfig::max_value_bytes`](crate::SharedCacheConfig::max_value_bytes) are skipped.
     pub async fn set(&self, identity: &CacheIdentity, bytes: Bytes) -> WriteOutcome {
         let len = bytes.len();
-        if len > self.inner.config.max_value_bytes {
-            self.inner
-                .metrics
-                .record_skip(Op::Set, SkipReason::TooLarge);
+        if self.skips_too_large(len) {
             return WriteOutcome::Skipped;
         }
         let key = entry_key(identity);
@@ -102,10 +111,7 @@ impl SharedCache {
             return self.set(identity, bytes).await;
         }
         let len = bytes.len();
-        if len > self.inner.config.max_value_bytes {
-            self.inner
-                .metrics
-                .record_skip(Op::Set, SkipReason::TooLarge);
+        if self.skips_too_large(len) {
             return WriteOutcome::Skipped;
         }
         let (cache, identity) = (self.clone(), identity.clone());
