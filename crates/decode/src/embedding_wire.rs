@@ -53,7 +53,7 @@ pub const MANIFEST_BYTES: usize = 128;
 const MAGIC: &[u8; 4] = b"MMCE";
 const MANIFEST_MAGIC: &[u8; 4] = b"MMCC";
 const FIXED: usize = 54;
-const SUM: usize = 32;
+pub(crate) const SUM: usize = 32;
 const NO_METADATA: u32 = u32::MAX;
 
 /// Why stored bytes are not a usable value (or an embedding cannot be encoded).
@@ -295,6 +295,19 @@ pub fn decode_value(
     model: &str,
     max_bytes: u64,
 ) -> Result<Embedding, WireError> {
+    decode_summed(value, key, model, max_bytes, None)
+}
+
+/// [`decode_value`], given (when `Some`) blake3 of everything before the trailing checksum,
+/// as a reader that hashed the bytes while they arrived has it: the checksum is compared,
+/// not computed again.
+pub(crate) fn decode_summed(
+    value: &Bytes,
+    key: &EmbeddingKey,
+    model: &str,
+    max_bytes: u64,
+    body_sum: Option<blake3::Hash>,
+) -> Result<Embedding, WireError> {
     if value.len() as u64 > max_bytes {
         return Err(WireError::Oversized {
             len: value.len() as u64,
@@ -316,7 +329,8 @@ pub fn decode_value(
         });
     }
     let body = value.len() - SUM;
-    if blake3::hash(&value[..body]).as_bytes() != &value[body..] {
+    let sum = body_sum.unwrap_or_else(|| blake3::hash(&value[..body]));
+    if sum.as_bytes() != &value[body..] {
         return Err(WireError::Corrupt { what: "checksum" });
     }
     let dtype = dtype_of(r.take(1)?[0]).ok_or(WireError::Corrupt { what: "dtype" })?;

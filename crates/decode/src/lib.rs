@@ -68,6 +68,7 @@
 mod cache;
 mod decoded_cache;
 mod embedding;
+mod embedding_assembly;
 mod embedding_wire;
 mod error;
 mod format;
@@ -87,6 +88,7 @@ pub use crate::embedding::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
     MAX_EMBEDDING_METADATA_BYTES, TensorError,
 };
+pub use crate::embedding_assembly::Assembly;
 pub use crate::embedding_wire::{
     DEFAULT_EMBEDDING_CHUNK_BYTES, DEFAULT_EMBEDDING_MAX_VALUE_BYTES, EMBEDDING_FORMAT_VERSION,
     MANIFEST_BYTES, MAX_DIMS, MAX_EMBEDDING_CHUNKS, Manifest, ValueBuf, WireError, WireErrorKind,
