@@ -140,6 +140,39 @@ where
     Ok(Measure::from_latencies(n, elapsed, all))
 }
 
+/// Starts `n` operations at `rate` per second, open loop: each starts on its schedule
+/// whether or not the ones before it finished, so a stall shows in the latency of every
+/// operation it holds up instead of slowing the schedule. Each is timed from its own start.
+async fn paced<F, Fut>(rate: f64, n: usize, op: F) -> anyhow::Result<Measure>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let at = started + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(at.into()).await;
+        let op = op.clone();
+        set.spawn(async move {
+            let t = Instant::now();
+            let ok = op(i).await;
+            (ok, t.elapsed())
+        });
+    }
+    let mut lat = Vec::with_capacity(n);
+    let mut failures = 0;
+    while let Some(r) = set.join_next().await {
+        let (ok, l) = r?;
+        failures += usize::from(!ok);
+        lat.push(l);
+    }
+    let elapsed = started.elapsed();
+    anyhow::ensure!(failures == 0, "{failures} of {n} operations failed");
+    Ok(Measure::from_latencies(n, elapsed, lat))
+}
+
 /// `rounds` alternating runs of baseline and subject. Returns the pair from the round with
 /// the median ratio (subject time per op over baseline time per op): pairing each subject run
 /// with the baseline run right before it cancels most of the drift of a busy machine.
