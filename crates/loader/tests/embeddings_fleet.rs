@@ -132,7 +132,13 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
         .unwrap()
         .expect("manifest");
     assert!(manifest.starts_with(b"MMCC") && manifest.len() == 128);
-    // 9.3 MB in 2 MiB chunks: 5 chunks, on more than one master.
+    // 9.3 MB in chunks of the default size (18 of 512 KiB), on more than one master.
+    let m = mmcache_decode::Manifest::decode(&manifest, &key, u64::MAX, u64::MAX).unwrap();
+    assert_eq!(
+        u64::from(m.chunk_bytes),
+        mmcache_decode::DEFAULT_EMBEDDING_CHUNK_BYTES
+    );
+    assert!(m.count > 1 && m.total_len > 9_000_000, "{m:?}");
     let mut chunks = Vec::new();
     let mut masters = 0;
     for i in 0..3 {
@@ -145,7 +151,7 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
         masters += usize::from(!keys.is_empty());
         chunks.extend(keys);
     }
-    assert_eq!(chunks.len(), 5, "{chunks:?}");
+    assert_eq!(chunks.len(), m.count as usize, "{chunks:?}");
     assert!(masters >= 2, "chunks all on one master");
     let nothing = cluster.keys_on_masters("dynamo:mm:image:*");
     assert!(nothing.is_empty(), "image key space touched: {nothing:?}");
@@ -168,6 +174,29 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
     settled(c).await;
     let d = with_cluster(&cluster).build().unwrap();
     assert_eq!(get(&d, "big", small(), &n).await.1, EmbeddingSource::Shared);
+    // A flipped byte in one chunk of that new write: the checksum, taken chunk by chunk as
+    // they land, fails; the value is deleted and computed again, never returned.
+    let rewritten: Vec<String> = (0..3)
+        .flat_map(|i| {
+            let keys = cluster.cli(i, &["KEYS", "mmcache:emb:v1:*:chunk"]).unwrap();
+            keys.lines()
+                .filter(|l| !l.is_empty() && !chunks.iter().any(|c| c == l))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(rewritten.len(), m.count as usize, "{rewritten:?}");
+    let victim = &rewritten[rewritten.len() / 2];
+    let mut chunk = cluster.get_raw(victim).unwrap().expect("chunk");
+    chunk[1000] ^= 1;
+    cluster.set_raw(victim, &chunk, None).unwrap();
+    let f = with_cluster(&cluster).build().unwrap();
+    let (e, source) = get(&f, "big", big(), &n).await;
+    assert_eq!(
+        (source, n.load(Ordering::SeqCst)),
+        (EmbeddingSource::Computed, 3)
+    );
+    assert_eq!(e, big());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

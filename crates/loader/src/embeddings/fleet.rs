@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mmcache_decode::{Embedding, Manifest, ValueBuf, WireError, decode_value, encode_value};
+use mmcache_decode::{Assembly, Embedding, Manifest, WireError, decode_value, encode_value};
 use mmcache_disk_cache::{DiskCache, EntryName, Fill, FillLock};
 use mmcache_scope::EmbeddingKey;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, SharedCache};
@@ -25,9 +25,13 @@ use crate::config::Config;
 /// A chunk's key outlives its manifest's by this much, so a live manifest never names a
 /// chunk that has expired.
 const CHUNK_TTL_MARGIN: Duration = Duration::from_secs(60);
-/// Chunk GETs of one read in flight at once: enough to spread over the masters, few enough
-/// that one read never floods them.
-const CHUNK_READS: u32 = 16;
+/// Chunk GETs of one read in flight at once. One, with the chunk before it being put into
+/// the value meanwhile: an image GET on any master then waits behind at most one chunk, and
+/// the reader's CPU comes in chunk-sized slices. Measured (`cargo xtask bench --scenario
+/// embed`, docs/embeddings.md): image-hit p99 while 9.3 MB values stream rose 2-4× with 16
+/// in flight, about 1.1-1.2× with one; the value still reads about as fast as one raw GET
+/// of its bytes.
+const CHUNK_READS: u32 = 1;
 /// Longest pause between two polls of a lease waiter.
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// However many holders come and go, a waiter waits at most this many lease TTLs in all.
@@ -401,12 +405,13 @@ impl Fleet {
         }
     }
 
-    /// Fetches a chunked value's chunks, [`CHUNK_READS`] at a time, then assembles them into
-    /// one aligned buffer and verifies the whole on the blocking pool: the copy and the
-    /// checksum of a 9 MB value take milliseconds of CPU, which on a runtime worker would
-    /// stall every task queued behind it (image GETs among them). A missing or stale chunk
-    /// fails the value (`Err(Some(..))`: delete it); a chunk the cache could not answer now
-    /// (an error, an open breaker) is a miss that deletes nothing (`Err(None)`).
+    /// Fetches a chunked value's chunks, [`CHUNK_READS`] in flight, and puts each into the
+    /// value's [`Assembly`] as it lands, on the blocking pool: the copy and the checksum of a
+    /// 9 MB value take milliseconds of CPU, which in one piece (on a runtime worker or not)
+    /// would stall the image loads beside it; a chunk's share is a fraction of one. A missing
+    /// or stale chunk fails the value (`Err(Some(..))`: delete it); a chunk the cache could
+    /// not answer now (an error, an open breaker) is a miss that deletes nothing
+    /// (`Err(None)`).
     async fn read_chunks(
         &self,
         shared: &SharedCache,
@@ -415,10 +420,6 @@ impl Fleet {
         manifest: &[u8],
     ) -> Result<Embedding, Option<WireError>> {
         let m = Manifest::decode(manifest, key, self.max_value, self.max_value)?;
-        let truncated = |got| WireError::Truncated {
-            len: got,
-            needed: m.total_len as usize,
-        };
         let mut set = tokio::task::JoinSet::new();
         let mut next = 0u32;
         let mut spawn_next = |set: &mut tokio::task::JoinSet<_>| {
@@ -432,47 +433,36 @@ impl Fleet {
         for _ in 0..CHUNK_READS {
             spawn_next(&mut set);
         }
-        let mut chunks = vec![Bytes::new(); m.count as usize];
+        let mut assembly = Some(Assembly::new(m));
         let mut got = 0;
         while let Some(r) = set.join_next().await {
             let (i, chunk) = match r {
                 Ok((i, (Some(chunk), _))) => (i, chunk),
                 Ok((_, (None, GetOutcome::Miss | GetOutcome::Oversized))) => {
-                    return Err(Some(truncated(got)));
+                    return Err(Some(WireError::Truncated {
+                        len: got,
+                        needed: m.total_len as usize,
+                    }));
                 }
                 // Not an answer about the chunk: the value may be whole.
                 _ => return Err(None),
             };
-            if chunk.len() != m.chunk_range(i).len() {
-                return Err(Some(truncated(got)));
-            }
             got += chunk.len();
-            chunks[i as usize] = chunk;
+            // The next chunk is on its way while this one is put in.
             spawn_next(&mut set);
+            let mut a = assembly.take().ok_or(None)?;
+            let put = tokio::task::spawn_blocking(move || a.put(i, &chunk).map(|()| a));
+            // A blocking pool that cannot take the job (runtime shutting down): a miss.
+            assembly = Some(put.await.map_err(|_| None)??);
         }
-        let (key, model, max) = (*key, model.to_owned(), self.max_value);
-        let assemble = move || {
-            let mut buf = ValueBuf::zeroed(m.total_len as usize);
-            for (i, chunk) in chunks.iter().enumerate() {
-                buf.as_mut_bytes()[m.chunk_range(i as u32)].copy_from_slice(chunk);
-            }
-            drop(chunks);
-            let value = buf.freeze();
-            if value[value.len() - 32..] != m.value_sum {
-                return Err(Some(WireError::Corrupt {
-                    what: "chunk of another write",
-                }));
-            }
-            decode_value(&value, &key, &model, max).map_err(Some)
-        };
-        // A blocking pool that cannot take the job (runtime shutting down): a miss.
-        tokio::task::spawn_blocking(assemble)
-            .await
-            .unwrap_or(Err(None))
+        // Decoding a verified value reads its header only: cheap enough for this worker.
+        let a = assembly.ok_or(None)?;
+        a.finish(key, model, self.max_value).map_err(Some)
     }
 }
 
-/// One SET, or the chunks (at once) and then the manifest. Whether it all landed.
+/// One SET, or the chunks (one at a time, as they are read: see [`CHUNK_READS`]) and then the
+/// manifest. Whether it all landed.
 async fn write_shared(
     shared: &SharedCache,
     key: &EmbeddingKey,
@@ -487,18 +477,17 @@ async fn write_shared(
     let Ok(m) = Manifest::of(&value, chunk, random_u64()) else {
         return false;
     };
-    let mut set = tokio::task::JoinSet::new();
     for i in 0..m.count {
-        let (shared, k) = (shared.clone(), chunk_key(key, m.generation, i));
-        let part = value.slice(m.chunk_range(i));
-        set.spawn(async move { shared.set_key(&k, part, ttl + CHUNK_TTL_MARGIN).await == Success });
-    }
-    let mut ok = true;
-    while let Some(r) = set.join_next().await {
-        ok &= r.unwrap_or(false);
+        let (k, part) = (
+            chunk_key(key, m.generation, i),
+            value.slice(m.chunk_range(i)),
+        );
+        if shared.set_key(&k, part, ttl + CHUNK_TTL_MARGIN).await != Success {
+            return false;
+        }
     }
     // The manifest last: a reader that sees it finds every chunk.
-    ok && shared
+    shared
         .set_key(&main_key(key), Bytes::copy_from_slice(&m.encode(key)), ttl)
         .await
         == Success
