@@ -24,7 +24,7 @@ use mmcache_test_support::redis::RedisCluster;
 use redis::cluster_async::ClusterConnection;
 
 use super::embed::{MODEL, large_embedding, read_from_shared};
-use super::{Measure, Opts, Row, drive, ops, paced, serve, worker};
+use super::{Measure, Opts, Row, drive, paced, serve, worker};
 
 pub(super) async fn image_hits_while_embeddings_stream(
     o: &Opts,
@@ -163,8 +163,11 @@ enum Stream {
     Raw(RawChunks),
 }
 
-/// `o.rounds()` rounds of quiet hits, then hits during each stream (the order turned each
-/// round: neither always runs second).
+/// `o.rounds()` rounds; in each, one run of hits per stream (the order turned each round:
+/// neither always runs first), during which the stream runs in phases, on and off (see
+/// [`Phase`]). A hit counts as quiet or busy by the phase it started and ended in: both
+/// kinds come from the same seconds of the same run, so a machine that slows down or speeds
+/// up (other VMs on the host) moves both alike.
 async fn rounds(
     o: &Opts,
     reader: &Loader,
@@ -172,20 +175,15 @@ async fn rounds(
     pace: Pace,
     streams: impl Fn() -> (Stream, Stream),
 ) -> anyhow::Result<(Vec<Round>, Vec<Round>)> {
-    let n = match pace {
-        Pace::Saturating(_) => ops(o, 3000),
-        // Enough hits that a p99 is not a handful of samples: 4 (quick) or 10 seconds.
-        Pace::Paced { .. } => {
-            if o.quick {
-                4000
-            } else {
-                10_000
-            }
-        }
+    // Enough hits for 10 (quick: 4) seconds, 10 phases of each kind: a p99 of thousands.
+    let n = match (pace, o.quick) {
+        (Pace::Saturating(_), true) => 12_000,
+        (Pace::Saturating(_), false) => 30_000,
+        (Pace::Paced { .. }, true) => 4_000,
+        (Pace::Paced { .. }, false) => 10_000,
     };
     let (mut ours, mut plain) = (Vec::new(), Vec::new());
     for round in 0..o.rounds() {
-        let quiet = hits(reader, urls, pace, n).await?;
         let (tier, raw) = streams();
         let order = if round % 2 == 0 {
             [tier, raw]
@@ -194,19 +192,82 @@ async fn rounds(
         };
         for s in order {
             let is_tier = matches!(s, Stream::Tier(..));
-            let stop = Arc::new(AtomicBool::new(false));
-            let streamed = Arc::new(AtomicUsize::new(0));
-            let task = tokio::spawn(s.run(pace, stop.clone(), streamed.clone()));
-            let started = Instant::now();
-            let busy = hits(reader, urls, pace, n).await;
-            let during = started.elapsed();
-            stop.store(true, Ordering::Relaxed);
+            let phase = Arc::new(Phases::default());
+            let task = tokio::spawn(s.run(pace, phase.clone()));
+            let split = hits(reader, urls, pace, n, phase.clone()).await;
+            phase.stop.store(true, Ordering::Relaxed);
             task.await??;
-            let r = (quiet, busy?, streamed.load(Ordering::Relaxed), during);
+            let r = phase.round(split?)?;
             if is_tier { ours.push(r) } else { plain.push(r) }
         }
     }
     Ok((ours, plain))
+}
+
+/// How long the stream runs, then rests, in turn.
+const PHASE: Duration = Duration::from_millis(500);
+/// Hits starting or ending this close to a change of phase count in neither.
+const SETTLE: Duration = Duration::from_millis(25);
+
+/// Where the stream is in its cycle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+enum Phase {
+    Quiet = 0,
+    Settling = 1,
+    On = 2,
+}
+
+/// The stream's phase, shared with the hits, and what it did.
+#[derive(Default)]
+struct Phases {
+    now: std::sync::atomic::AtomicU8,
+    stop: AtomicBool,
+    streamed: AtomicUsize,
+    /// Nanoseconds spent quiet and on.
+    quiet_ns: std::sync::atomic::AtomicU64,
+    on_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Phases {
+    fn get(&self) -> Phase {
+        match self.now.load(Ordering::Acquire) {
+            0 => Phase::Quiet,
+            2 => Phase::On,
+            _ => Phase::Settling,
+        }
+    }
+
+    fn set(&self, p: Phase) {
+        self.now.store(p as u8, Ordering::Release);
+    }
+
+    /// Holds `p` for `d` (or until stopped), counting the time.
+    async fn hold(&self, p: Phase, d: Duration) {
+        self.set(p);
+        tokio::time::sleep(d).await;
+        if p == Phase::Quiet {
+            self.quiet_ns
+                .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn round(&self, (quiet, busy): (Vec<Duration>, Vec<Duration>)) -> anyhow::Result<Round> {
+        anyhow::ensure!(
+            quiet.len() >= 100 && busy.len() >= 100,
+            "too few hits in a phase: {} quiet, {} busy",
+            quiet.len(),
+            busy.len()
+        );
+        let ns = |a: &std::sync::atomic::AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        let on = ns(&self.on_ns);
+        Ok((
+            Measure::from_latencies(quiet.len(), ns(&self.quiet_ns), quiet),
+            Measure::from_latencies(busy.len(), on, busy),
+            self.streamed.load(Ordering::Relaxed),
+            on,
+        ))
+    }
 }
 
 /// The row of one stream's rounds: the round with the median p99 ratio, and every round's.
@@ -233,22 +294,25 @@ fn row(mut rounds: Vec<Round>, bytes: usize, pace: Pace, what: &str, how: &str, 
             bytes as f64 / 1e6
         ),
         subject: busy,
-        baseline_name: "same hits, no stream".into(),
+        baseline_name: "same run's hits, stream off".into(),
         baseline: Some(quiet),
         ratio_kind: "p99",
         ratio: Some(ratio(&median)),
         target: target.into(),
         note: format!(
-            "{streamed} values ({:.0} MB/s) read {how} during the run; time/op {:.2}; \
+            "{streamed} values ({:.0} MB/s while on) read {how}, in phases of 0.5 s on and \
+             0.5 s off; {} quiet and {} busy hits; time/op {:.2}; \
              p99 ratio of each round {}; {load}",
             streamed as f64 * bytes as f64 / 1e6 / during.as_secs_f64(),
+            quiet.ops,
+            busy.ops,
             quiet.rate() / busy.rate(),
             all.join(" "),
         ),
     }
 }
 
-/// One round's quiet hits, hits during a stream, values streamed, and how long the hits took.
+/// One round's quiet hits, busy hits, values streamed, and the time the stream was on.
 type Round = (Measure, Measure, usize, Duration);
 
 fn ratio(r: &Round) -> f64 {
@@ -330,58 +394,83 @@ impl RawChunks {
 }
 
 impl Stream {
-    /// Reads the value, one read at a time, back to back or at the paced rate, until `stop`.
-    async fn run(
-        self,
-        pace: Pace,
-        stop: Arc<AtomicBool>,
-        streamed: Arc<AtomicUsize>,
-    ) -> anyhow::Result<()> {
-        let mut tick = match pace {
-            Pace::Saturating(_) => None,
-            Pace::Paced { values_per_sec, .. } => {
-                let mut t = tokio::time::interval(Duration::from_secs_f64(1.0 / values_per_sec));
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                Some(t)
+    /// Until stopped: [`PHASE`] quiet, then [`PHASE`] reading the value one read at a time
+    /// (back to back or at the paced rate), with [`SETTLE`] between the two either way.
+    async fn run(self, pace: Pace, phase: Arc<Phases>) -> anyhow::Result<()> {
+        // Bounded: the hits it overlaps last seconds; a cycle lasts a second.
+        for _ in 0..10_000 {
+            phase.hold(Phase::Quiet, PHASE - SETTLE).await;
+            phase.hold(Phase::Settling, SETTLE).await;
+            if phase.stop.load(Ordering::Relaxed) {
+                break;
             }
-        };
-        // Bounded: the image run it overlaps lasts seconds; a read takes milliseconds.
-        for _ in 0..100_000 {
-            if let Some(t) = &mut tick {
-                t.tick().await;
+            let mut tick = match pace {
+                Pace::Saturating(_) => None,
+                Pace::Paced { values_per_sec, .. } => {
+                    let mut t =
+                        tokio::time::interval(Duration::from_secs_f64(1.0 / values_per_sec));
+                    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    Some(t)
+                }
+            };
+            phase.set(Phase::On);
+            let started = Instant::now();
+            // A read started in the phase finishes in it.
+            while started.elapsed() < PHASE && !phase.stop.load(Ordering::Relaxed) {
+                if let Some(t) = &mut tick {
+                    t.tick().await;
+                }
+                match &self {
+                    Stream::Tier(loader, key) => read_from_shared(loader, key).await?,
+                    Stream::Raw(raw) => raw.read().await?,
+                }
+                phase.streamed.fetch_add(1, Ordering::Relaxed);
             }
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            match &self {
-                Stream::Tier(loader, key) => read_from_shared(loader, key).await?,
-                Stream::Raw(raw) => raw.read().await?,
-            }
-            streamed.fetch_add(1, Ordering::Relaxed);
+            phase
+                .on_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            phase.hold(Phase::Settling, SETTLE).await;
         }
         Ok(())
     }
 }
 
-/// `n` image loads, driven as `pace` says, each of which must be a shared hit (or join one).
+/// `n` image loads, driven as `pace` says, each of which must be a shared hit (or join one);
+/// their latencies split into those wholly in a quiet phase and those wholly in an on phase.
 async fn hits(
     reader: &Loader,
     urls: &Arc<Vec<String>>,
     pace: Pace,
     n: usize,
-) -> anyhow::Result<Measure> {
+    phase: Arc<Phases>,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let (reader, urls) = (reader.clone(), urls.clone());
+    let split = Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+    let kept = split.clone();
     let op = move |i: usize| {
         let (reader, url) = (reader.clone(), urls[i % urls.len()].clone());
+        let (phase, split) = (phase.clone(), split.clone());
         async move {
+            let (before, t) = (phase.get(), Instant::now());
+            let r = reader.load_detailed(&url, None).await;
+            let took = t.elapsed();
+            if before == phase.get() {
+                let mut split = split.lock().expect("not poisoned");
+                match before {
+                    Phase::Quiet => split.0.push(took),
+                    Phase::On => split.1.push(took),
+                    Phase::Settling => {}
+                }
+            }
             // A load that joined another's of the same URL (a task one lap of the URLs
             // ahead of a slow one) shares that shared hit.
-            let r = reader.load_detailed(&url, None).await;
             matches!(r, Ok(l) if matches!(l.source, Source::Shared | Source::Inflight))
         }
     };
     match pace {
-        Pace::Saturating(c) => drive(c, n, op).await,
-        Pace::Paced { images_per_sec, .. } => paced(images_per_sec, n, op).await,
-    }
+        Pace::Saturating(c) => drive(c, n, op).await?,
+        Pace::Paced { images_per_sec, .. } => paced(images_per_sec, n, op).await?,
+    };
+    let split = std::mem::take(&mut *kept.lock().expect("not poisoned"));
+    Ok(split)
 }
