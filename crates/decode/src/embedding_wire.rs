@@ -40,9 +40,9 @@ pub const EMBEDDING_FORMAT_VERSION: u16 = 1;
 pub const MAX_DIMS: usize = 8;
 /// Default cap on an encoded embedding value: 64 MiB (`MMCACHE_EMBEDDING_MAX_VALUE_BYTES`).
 pub const DEFAULT_EMBEDDING_MAX_VALUE_BYTES: u64 = 64 << 20;
-/// Default size over which a value is stored in chunks, and the chunk size: 512 KiB
+/// Default size over which a value is stored in chunks, and the chunk size: 256 KiB
 /// (`MMCACHE_EMBEDDING_CHUNK_BYTES`).
-pub const DEFAULT_EMBEDDING_CHUNK_BYTES: u64 = 512 << 10;
+pub const DEFAULT_EMBEDDING_CHUNK_BYTES: u64 = 256 << 10;
 /// The most chunks one value may have. A manifest naming more is refused before any chunk is
 /// read, so a forged one (say 64 MiB in 1-byte chunks) cannot make a reader start millions of
 /// GETs; the loader refuses a chunk size that would need more for its value cap.

@@ -132,7 +132,7 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
         .unwrap()
         .expect("manifest");
     assert!(manifest.starts_with(b"MMCC") && manifest.len() == 128);
-    // 9.3 MB in chunks of the default size (18 of 512 KiB), on more than one master.
+    // 9.3 MB in chunks of the default size (36 of 256 KiB), on more than one master.
     let m = mmcache_decode::Manifest::decode(&manifest, &key, u64::MAX, u64::MAX).unwrap();
     assert_eq!(
         u64::from(m.chunk_bytes),

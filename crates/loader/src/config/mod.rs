@@ -111,7 +111,7 @@ pub struct Config {
     pub embedding_fleet: bool,
     /// Cap on an encoded embedding value in a fleet tier. Default 64 MiB.
     pub embedding_max_value_bytes: u64,
-    /// Chunk threshold and size of embedding values in the shared cache. Default 512 KiB.
+    /// Chunk threshold and size of embedding values in the shared cache. Default 256 KiB.
     pub embedding_chunk_bytes: u64,
     /// Deadline of one embedding compute. Default (and `None`):
     /// [`DEFAULT_EMBEDDING_COMPUTE_TIMEOUT`]; see [`Config::embedding_compute_timeout`].

@@ -423,7 +423,7 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
         name: EMBEDDING_CHUNK_BYTES,
         section: Section::Own,
         checked_by: CheckedBy::Loader,
-        default: "`524288` (512 KiB)",
+        default: "`262144` (256 KiB)",
         rule: "integer > 0, <= 4294967295, at most the value cap and at least 1/1024 of it",
         doc: " (a reader refuses a value of more than 1024 chunks): values over this go to the \
             shared cache in chunks of this size, spread over slots",
