@@ -78,62 +78,39 @@ pub(super) async fn image_hits_while_embeddings_stream(
     // one worker's image hits and its own embedding reads (one loader, as a worker has) at
     // fixed rates, open loop, below what the machine can do: what a GET queued behind the
     // stream's chunks pays.
-    let saturating = Pace::Saturating(o.concurrency);
-    let (mut rows, load) = (Vec::new(), loadavg());
-    let (ours, plain) = rounds(o, &reader, &urls, saturating, || {
-        (
-            Stream::Tier(streamer.clone(), key.clone()),
-            Stream::Raw(raw.clone()),
-        )
-    })
-    .await?;
-    let load = format!("load average {load} → {}", loadavg());
-    rows.push(row(
-        ours,
-        bytes,
-        saturating,
-        "embeddings",
-        "through the shared tier",
-        &load,
-    ));
-    rows.push(row(
-        plain,
-        bytes,
-        saturating,
-        "raw chunk",
-        "by raw GETRANGEs of the same chunks",
-        &load,
-    ));
-
-    let pace = Pace::Paced {
+    let paced = Pace::Paced {
         images_per_sec: PACED_IMAGES_PER_SEC,
         values_per_sec: PACED_VALUES_PER_SEC,
     };
-    let load = loadavg();
-    let (ours, plain) = rounds(o, &paced_worker, &urls, pace, || {
+    let ways = [
         (
-            Stream::Tier(paced_worker.clone(), key.clone()),
-            Stream::Raw(raw.clone()),
-        )
-    })
-    .await?;
-    let load = format!("load average {load} → {}", loadavg());
-    rows.push(row(
-        ours,
-        bytes,
-        pace,
-        "embeddings",
-        "through the same worker's shared tier",
-        &load,
-    ));
-    rows.push(row(
-        plain,
-        bytes,
-        pace,
-        "raw chunk",
-        "by raw GETRANGEs of the same chunks",
-        &load,
-    ));
+            Pace::Saturating(o.concurrency),
+            &reader,
+            &streamer,
+            "through the shared tier",
+        ),
+        (
+            paced,
+            &paced_worker,
+            &paced_worker,
+            "through the same worker's shared tier",
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (pace, hits_by, streamed_by, how) in ways {
+        let load = loadavg();
+        let (ours, plain) = rounds(o, hits_by, &urls, pace, || {
+            (
+                Stream::Tier(streamed_by.clone(), key.clone()),
+                Stream::Raw(raw.clone()),
+            )
+        })
+        .await?;
+        let load = format!("load average {load} → {}", loadavg());
+        rows.push(row(ours, bytes, pace, "embeddings", how, &load));
+        let how = "by raw GETRANGEs of the same chunks";
+        rows.push(row(plain, bytes, pace, "raw chunk", how, &load));
+    }
     paced_worker.shutdown(Duration::from_secs(10)).await;
     Ok(rows)
 }
