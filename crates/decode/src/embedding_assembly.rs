@@ -10,7 +10,9 @@ use bytes::Bytes;
 use mmcache_scope::EmbeddingKey;
 
 use crate::embedding::Embedding;
-use crate::embedding_wire::{Manifest, SUM, ValueBuf, WireError, decode_summed};
+use crate::embedding_wire::{
+    MAX_EMBEDDING_CHUNKS, Manifest, SUM, ValueBuf, WireError, decode_summed,
+};
 
 /// The value of one [`Manifest`], chunk by chunk, in any order.
 ///
@@ -22,7 +24,7 @@ use crate::embedding_wire::{Manifest, SUM, ValueBuf, WireError, decode_summed};
 /// let e = Embedding::from_f32(vec![256, 4], vec![0.5; 1024]).unwrap();
 /// let value = encode_value(&key, "model", &e).unwrap();
 /// let m = Manifest::of(&value, 1024, 1).unwrap();
-/// let mut a = Assembly::new(m);
+/// let mut a = Assembly::new(m).unwrap();
 /// for i in (0..m.count).rev() {
 ///     a.put(i, &value[m.chunk_range(i)]).unwrap();
 /// }
@@ -49,15 +51,31 @@ impl std::fmt::Debug for Assembly {
 }
 
 impl Assembly {
-    /// An empty assembly of `m`'s value (its buffer allocated, zeroed).
-    pub fn new(m: Manifest) -> Self {
-        Self {
-            buf: ValueBuf::zeroed(m.total_len as usize),
+    /// An empty assembly of `m`'s value (its buffer allocated, zeroed; the pages are
+    /// touched as chunks land).
+    ///
+    /// # Errors
+    ///
+    /// [`WireError::Corrupt`] for a manifest whose chunk count is not its length over its
+    /// chunk size, or over [`MAX_EMBEDDING_CHUNKS`] chunks (`Manifest::decode` refuses
+    /// those; its fields are public, so this checks again).
+    pub fn new(m: Manifest) -> Result<Self, WireError> {
+        let chunk = u64::from(m.chunk_bytes);
+        if chunk == 0
+            || m.count > MAX_EMBEDDING_CHUNKS
+            || m.total_len.div_ceil(chunk.max(1)) != u64::from(m.count)
+        {
+            return Err(WireError::Corrupt { what: "manifest" });
+        }
+        let len =
+            usize::try_from(m.total_len).map_err(|_| WireError::Corrupt { what: "manifest" })?;
+        Ok(Self {
+            buf: ValueBuf::zeroed(len),
             hasher: blake3::Hasher::new(),
             landed: vec![false; m.count as usize],
             hashed: 0,
             m,
-        }
+        })
     }
 
     /// Copies chunk `i` into its place, then hashes every chunk the checksum can take now.
@@ -148,7 +166,7 @@ mod tests {
     }
 
     fn assemble(m: Manifest, value: &[u8], order: impl Iterator<Item = u32>) -> Assembly {
-        let mut a = Assembly::new(m);
+        let mut a = Assembly::new(m).expect("a valid manifest");
         for i in order {
             a.put(i, &value[m.chunk_range(i)])
                 .expect("a chunk of the value");
@@ -207,7 +225,7 @@ mod tests {
     fn wrong_puts_and_missing_chunks_are_errors() {
         let (key, value) = value();
         let m = Manifest::of(&value, 1000, 3).expect("chunkable");
-        let mut a = Assembly::new(m);
+        let mut a = Assembly::new(m).expect("a valid manifest");
         assert!(matches!(
             a.put(0, &value[..999]),
             Err(WireError::Truncated { len: 999, .. })
@@ -229,6 +247,13 @@ mod tests {
         assert!(matches!(
             a.finish(&key, "m", 1 << 20),
             Err(WireError::Truncated { len: 0, .. })
+        ));
+        // A manifest whose fields disagree (they are public) is refused up front.
+        let mut forged = m;
+        forged.count += 1;
+        assert!(matches!(
+            Assembly::new(forged),
+            Err(WireError::Corrupt { what: "manifest" })
         ));
         // The value of another key, assembled whole, is still another key's.
         let other = EmbeddingKey::unscoped(&EmbeddingKeyInput::caller("b"), "m");

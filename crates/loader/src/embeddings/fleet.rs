@@ -28,10 +28,12 @@ const CHUNK_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// Chunk GETs of one read in flight at once. One, with the chunk before it being put into
 /// the value meanwhile: an image GET on any master then waits behind at most one chunk, and
 /// the reader's CPU comes in chunk-sized slices. Measured (`cargo xtask bench --scenario
-/// embed`, docs/embeddings.md): image-hit p99 while 9.3 MB values stream rose 2-4× with 16
-/// in flight, about 1.1-1.2× with one; the value still reads about as fast as one raw GET
-/// of its bytes.
+/// embed`, docs/embeddings.md): image-hit p99 while 9.3 MB values stream rose 1.7-3.9× with
+/// 16 in flight, 1.1-1.2× with one; on loopback the value still reads about as fast as one
+/// raw GET of its bytes (each chunk is a round trip: on a network, a few ms more).
 const CHUNK_READS: u32 = 1;
+/// A chunked read takes at most this many of the shared cache's operation deadlines in all.
+const CHUNKED_READ_DEADLINES: u32 = 2;
 /// Longest pause between two polls of a lease waiter.
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// However many holders come and go, a waiter waits at most this many lease TTLs in all.
@@ -420,6 +422,25 @@ impl Fleet {
         manifest: &[u8],
     ) -> Result<Embedding, Option<WireError>> {
         let m = Manifest::decode(manifest, key, self.max_value, self.max_value)?;
+        // One GET at a time, each under the cache's own deadline, could add up to minutes on
+        // a master that answers just in time: the whole read has a deadline of its own, and
+        // missing it is a miss (the value may be whole).
+        let deadline = shared
+            .config()
+            .op_deadline()
+            .saturating_mul(CHUNKED_READ_DEADLINES);
+        tokio::time::timeout(deadline, self.fetch_chunks(shared, key, model, m))
+            .await
+            .unwrap_or(Err(None))
+    }
+
+    async fn fetch_chunks(
+        &self,
+        shared: &SharedCache,
+        key: &EmbeddingKey,
+        model: &str,
+        m: Manifest,
+    ) -> Result<Embedding, Option<WireError>> {
         let mut set = tokio::task::JoinSet::new();
         let mut next = 0u32;
         let mut spawn_next = |set: &mut tokio::task::JoinSet<_>| {
@@ -433,7 +454,10 @@ impl Fleet {
         for _ in 0..CHUNK_READS {
             spawn_next(&mut set);
         }
-        let mut assembly = Some(Assembly::new(m));
+        let mut assembly = Some(Assembly::new(m)?);
+        // The chunks read, each holding its read-memory reservation, kept until the value is
+        // whole: the assembly's buffer fills as they land, so what is reserved covers it.
+        let mut reserved = Vec::with_capacity(m.count as usize);
         let mut got = 0;
         while let Some(r) = set.join_next().await {
             let (i, chunk) = match r {
@@ -451,13 +475,17 @@ impl Fleet {
             // The next chunk is on its way while this one is put in.
             spawn_next(&mut set);
             let mut a = assembly.take().ok_or(None)?;
-            let put = tokio::task::spawn_blocking(move || a.put(i, &chunk).map(|()| a));
+            let put = tokio::task::spawn_blocking(move || (a.put(i, &chunk).map(|()| a), chunk));
             // A blocking pool that cannot take the job (runtime shutting down): a miss.
-            assembly = Some(put.await.map_err(|_| None)??);
+            let (a, chunk) = put.await.map_err(|_| None)?;
+            assembly = Some(a?);
+            reserved.push(chunk);
         }
         // Decoding a verified value reads its header only: cheap enough for this worker.
         let a = assembly.ok_or(None)?;
-        a.finish(key, model, self.max_value).map_err(Some)
+        let value = a.finish(key, model, self.max_value).map_err(Some);
+        drop(reserved);
+        value
     }
 }
 
