@@ -142,7 +142,7 @@ enum Stream {
 
 /// `o.rounds()` rounds; in each, one run of hits per stream (the order turned each round:
 /// neither always runs first), during which the stream runs in phases, on and off (see
-/// [`Phase`]). A hit counts as quiet or busy by the phase it started and ended in: both
+/// [`Phase`]). A hit counts as quiet or busy by the phase it started in: both
 /// kinds come from the same seconds of the same run, so a machine that slows down or speeds
 /// up (other VMs on the host) moves both alike.
 async fn rounds(
@@ -183,7 +183,8 @@ async fn rounds(
 
 /// How long the stream runs, then rests, in turn.
 const PHASE: Duration = Duration::from_millis(500);
-/// Hits starting or ending this close to a change of phase count in neither.
+/// Hits starting this close before the stream starts count in neither phase (nor do those
+/// starting in the same time after it stops).
 const SETTLE: Duration = Duration::from_millis(25);
 
 /// Where the stream is in its cycle.
@@ -376,11 +377,11 @@ impl Stream {
     async fn run(self, pace: Pace, phase: Arc<Phases>) -> anyhow::Result<()> {
         // Bounded: the hits it overlaps last seconds; a cycle lasts a second.
         for _ in 0..10_000 {
-            phase.hold(Phase::Quiet, PHASE - SETTLE).await;
-            phase.hold(Phase::Settling, SETTLE).await;
             if phase.stop.load(Ordering::Relaxed) {
                 break;
             }
+            phase.hold(Phase::Quiet, PHASE - SETTLE).await;
+            phase.hold(Phase::Settling, SETTLE).await;
             let mut tick = match pace {
                 Pace::Saturating(_) => None,
                 Pace::Paced { values_per_sec, .. } => {
@@ -396,6 +397,10 @@ impl Stream {
             while started.elapsed() < PHASE && !phase.stop.load(Ordering::Relaxed) {
                 if let Some(t) = &mut tick {
                     t.tick().await;
+                    // The phase's last tick falls at its end: not a read of this phase.
+                    if started.elapsed() >= PHASE {
+                        break;
+                    }
                 }
                 match &self {
                     Stream::Tier(loader, key) => read_from_shared(loader, key).await?,
@@ -413,7 +418,7 @@ impl Stream {
 }
 
 /// `n` image loads, driven as `pace` says, each of which must be a shared hit (or join one);
-/// their latencies split into those wholly in a quiet phase and those wholly in an on phase.
+/// their latencies split by the phase each started in (quiet or on).
 async fn hits(
     reader: &Loader,
     urls: &Arc<Vec<String>>,
@@ -428,12 +433,14 @@ async fn hits(
         let (reader, url) = (reader.clone(), urls[i % urls.len()].clone());
         let (phase, split) = (phase.clone(), split.clone());
         async move {
-            let (before, t) = (phase.get(), Instant::now());
+            // By the phase it started in: a slow hit is never dropped for ending in another
+            // (a quiet one reaches the stream only if it takes longer than [`SETTLE`]).
+            let (started_in, t) = (phase.get(), Instant::now());
             let r = reader.load_detailed(&url, None).await;
             let took = t.elapsed();
-            if before == phase.get() {
+            {
                 let mut split = split.lock().expect("not poisoned");
-                match before {
+                match started_in {
                     Phase::Quiet => split.0.push(took),
                     Phase::On => split.1.push(took),
                     Phase::Settling => {}
