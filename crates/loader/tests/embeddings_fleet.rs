@@ -176,14 +176,10 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
     assert_eq!(get(&d, "big", small(), &n).await.1, EmbeddingSource::Shared);
     // A flipped byte in one chunk of that new write: the checksum, taken chunk by chunk as
     // they land, fails; the value is deleted and computed again, never returned.
-    let rewritten: Vec<String> = (0..3)
-        .flat_map(|i| {
-            let keys = cluster.cli(i, &["KEYS", "mmcache:emb:v1:*:chunk"]).unwrap();
-            keys.lines()
-                .filter(|l| !l.is_empty() && !chunks.iter().any(|c| c == l))
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
+    let rewritten: Vec<String> = cluster
+        .keys_on_masters("mmcache:emb:v1:*:chunk")
+        .into_iter()
+        .filter(|k| !chunks.contains(k))
         .collect();
     assert_eq!(rewritten.len(), m.count as usize, "{rewritten:?}");
     let victim = &rewritten[rewritten.len() / 2];

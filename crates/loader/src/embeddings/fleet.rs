@@ -454,7 +454,7 @@ impl Fleet {
         for _ in 0..CHUNK_READS {
             spawn_next(&mut set);
         }
-        let mut assembly = Some(Assembly::new(m)?);
+        let mut assembly = Assembly::new(m)?;
         // The chunks read, each holding its read-memory reservation, kept until the value is
         // whole: the assembly's buffer fills as they land, so what is reserved covers it.
         let mut reserved = Vec::with_capacity(m.count as usize);
@@ -474,16 +474,16 @@ impl Fleet {
             got += chunk.len();
             // The next chunk is on its way while this one is put in.
             spawn_next(&mut set);
-            let mut a = assembly.take().ok_or(None)?;
-            let put = tokio::task::spawn_blocking(move || (a.put(i, &chunk).map(|()| a), chunk));
+            let put = tokio::task::spawn_blocking(move || {
+                (assembly.put(i, &chunk).map(|()| assembly), chunk)
+            });
             // A blocking pool that cannot take the job (runtime shutting down): a miss.
             let (a, chunk) = put.await.map_err(|_| None)?;
-            assembly = Some(a?);
+            assembly = a?;
             reserved.push(chunk);
         }
         // Decoding a verified value reads its header only: cheap enough for this worker.
-        let a = assembly.ok_or(None)?;
-        let value = a.finish(key, model, self.max_value).map_err(Some);
+        let value = assembly.finish(key, model, self.max_value).map_err(Some);
         drop(reserved);
         value
     }
