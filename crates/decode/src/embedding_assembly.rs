@@ -1,4 +1,5 @@
-//! A chunked embedding value put back together as its chunks arrive.
+//! A chunked embedding value put back together as its chunks arrive, and a value read whole
+//! moved into an aligned buffer of its own ([`decode_copied`]).
 //!
 //! Each chunk is copied into its place in one 8-byte-aligned buffer (the tensor is then used
 //! there, no further copy), and the checksum runs over every chunk as soon as the chunks
@@ -134,6 +135,21 @@ impl Assembly {
         model: &str,
         max_bytes: u64,
     ) -> Result<Embedding, WireError> {
+        self.finish_value(key, model, max_bytes).map(|(e, _)| e)
+    }
+
+    /// [`Assembly::finish`], with the whole value beside the embedding (which is used in it):
+    /// the checked bytes, for a write to another tier without encoding them again.
+    ///
+    /// # Errors
+    ///
+    /// As [`Assembly::finish`].
+    pub fn finish_value(
+        self,
+        key: &EmbeddingKey,
+        model: &str,
+        max_bytes: u64,
+    ) -> Result<(Embedding, Bytes), WireError> {
         if !self.is_complete() {
             let range = self.m.chunk_range(self.hashed);
             return Err(WireError::Truncated {
@@ -147,8 +163,37 @@ impl Assembly {
                 what: "chunk of another write",
             });
         }
-        decode_summed(&value, key, model, max_bytes, Some(self.hasher.finalize()))
+        let e = decode_summed(&value, key, model, max_bytes, Some(self.hasher.finalize()))?;
+        Ok((e, value))
     }
+}
+
+/// Decodes a value read whole (a disk entry, one shared-cache read) in a copy of its own, in an
+/// aligned buffer: the embedding is used there, so the read's buffer (and the read
+/// reservation it holds) can go as soon as this returns, and the checked value comes back
+/// beside the embedding, for a write to another tier without encoding it again. One copy and
+/// one checksum pass: run it off the async threads for a large value.
+///
+/// # Errors
+///
+/// [`decode_value`](crate::decode_value)'s; an oversized value is refused before the copy.
+pub fn decode_copied(
+    value: &[u8],
+    key: &EmbeddingKey,
+    model: &str,
+    max_bytes: u64,
+) -> Result<(Embedding, Bytes), WireError> {
+    if value.len() as u64 > max_bytes {
+        return Err(WireError::Oversized {
+            len: value.len() as u64,
+            max: max_bytes,
+        });
+    }
+    let mut buf = ValueBuf::zeroed(value.len());
+    buf.as_mut_bytes().copy_from_slice(value);
+    let value = buf.freeze();
+    let e = decode_summed(&value, key, model, max_bytes, None)?;
+    Ok((e, value))
 }
 
 #[cfg(test)]
@@ -195,6 +240,25 @@ mod tests {
                 assert_eq!(got.shape(), whole.shape());
             }
         }
+    }
+
+    #[test]
+    fn a_copied_value_is_used_in_its_own_buffer_and_returned_whole() {
+        let (key, value) = value();
+        // Unaligned on purpose, as a read's buffer may be.
+        let mut odd = vec![0u8];
+        odd.extend_from_slice(&value);
+        let (e, whole) = decode_copied(&odd[1..], &key, "m", 1 << 20).expect("valid");
+        assert_eq!(&whole[..], &value[..]);
+        let (start, end) = (
+            whole.as_ptr() as usize,
+            whole.as_ptr() as usize + whole.len(),
+        );
+        let at = e.bytes().as_ptr() as usize;
+        assert!(at >= start && at < end, "the tensor lives in the copy");
+        assert_eq!(e, decode_value(&value, &key, "m", 1 << 20).expect("valid"));
+        let over = decode_copied(&value, &key, "m", value.len() as u64 - 1);
+        assert!(matches!(over, Err(WireError::Oversized { .. })));
     }
 
     #[test]

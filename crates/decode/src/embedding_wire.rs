@@ -71,7 +71,7 @@ pub enum WireError {
     /// Not a value of ours (magic), or a format version this build does not read.
     #[error("not an mmcache embedding value (magic or version {version})")]
     Foreign {
-        /// The version field, when the magic matched (0 otherwise).
+        /// The version field, when the magic matched (0 otherwise: no build writes version 0).
         version: u16,
     },
     /// Bytes that do not check out: checksum, dtype, dimensions, lengths, padding.
@@ -128,6 +128,14 @@ impl WireError {
             Self::Oversized { .. } => WireErrorKind::Oversized,
             Self::Unencodable { .. } => WireErrorKind::Unencodable,
         }
+    }
+
+    /// Whether the value may be good for another reader: over this reader's cap, or ours in a
+    /// format version this build does not read (a newer build's, during a rolling upgrade).
+    /// Such a value is a miss that deletes nothing; every other error is bad for every reader.
+    pub fn may_suit_others(&self) -> bool {
+        matches!(self, Self::Oversized { .. })
+            || matches!(self, Self::Foreign { version } if *version != 0)
     }
 
     /// A short label for metrics: `truncated`, `foreign`, `corrupt`, `other_key`,
@@ -188,6 +196,28 @@ impl ValueBuf {
     }
 }
 
+/// The length of [`encode_value`]'s output for `embedding` under `model`, known before the
+/// value is made (a writer reserves it first).
+///
+/// # Errors
+///
+/// [`encode_value`]'s: the embedding cannot be encoded.
+pub fn encoded_len(model: &str, embedding: &Embedding) -> Result<usize, WireError> {
+    let dims = embedding.shape().len();
+    if dims > MAX_DIMS {
+        return Err(WireError::Unencodable {
+            what: "too many dimensions",
+        });
+    }
+    if u16::try_from(model.len()).is_err() {
+        return Err(WireError::Unencodable {
+            what: "model id over 65535 bytes",
+        });
+    }
+    let head = FIXED + 8 * dims + model.len() + embedding.metadata().map_or(0, Bytes::len);
+    Ok(head.next_multiple_of(8) + embedding.bytes().len() + SUM)
+}
+
 /// Encodes `embedding` as the value of `key` under `model`.
 ///
 /// # Errors
@@ -199,26 +229,17 @@ pub fn encode_value(
     model: &str,
     embedding: &Embedding,
 ) -> Result<Vec<u8>, WireError> {
+    let len = encoded_len(model, embedding)?;
     let shape = embedding.shape();
-    if shape.len() > MAX_DIMS {
-        return Err(WireError::Unencodable {
-            what: "too many dimensions",
-        });
-    }
-    let model_len = u16::try_from(model.len()).map_err(|_| WireError::Unencodable {
-        what: "model id over 65535 bytes",
-    })?;
     let meta = embedding.metadata();
     let data = embedding.bytes();
-    let head = FIXED + 8 * shape.len() + model.len() + meta.map_or(0, Bytes::len);
-    let pad = head.next_multiple_of(8) - head;
-    let mut out = Vec::with_capacity(head + pad + data.len() + SUM);
+    let mut out = Vec::with_capacity(len);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&EMBEDDING_FORMAT_VERSION.to_le_bytes());
     out.push(dtype_code(embedding.dtype()));
-    out.push(shape.len() as u8);
+    out.push(shape.len() as u8); // <= MAX_DIMS, checked above
     out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(&model_len.to_le_bytes());
+    out.extend_from_slice(&(model.len() as u16).to_le_bytes()); // checked above
     let meta_len = meta.map_or(NO_METADATA, |m| m.len() as u32); // <= 64 KiB, checked at build
     out.extend_from_slice(&meta_len.to_le_bytes());
     out.extend_from_slice(&(data.len() as u64).to_le_bytes());
@@ -229,10 +250,11 @@ pub fn encode_value(
     if let Some(m) = meta {
         out.extend_from_slice(m);
     }
-    out.resize(out.len() + pad, 0);
+    out.resize(len - data.len() - SUM, 0); // the padding
     push_tensor(&mut out, embedding);
     let sum = blake3::hash(&out);
     out.extend_from_slice(sum.as_bytes());
+    debug_assert_eq!(out.len(), len);
     Ok(out)
 }
 
@@ -477,6 +499,13 @@ impl Manifest {
         max_bytes: u64,
         max_chunk_bytes: u64,
     ) -> Result<Self, WireError> {
+        // Magic and version first: a newer build's manifest may have another length.
+        if bytes.len() >= 6 && bytes.starts_with(MANIFEST_MAGIC) {
+            let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+            if version != EMBEDDING_FORMAT_VERSION {
+                return Err(WireError::Foreign { version });
+            }
+        }
         if bytes.len() != MANIFEST_BYTES {
             return Err(if bytes.len() < MANIFEST_BYTES {
                 WireError::Truncated {
@@ -494,7 +523,7 @@ impl Manifest {
             b[..r.len()].copy_from_slice(&bytes[r]);
             u64::from_le_bytes(b)
         };
-        if &bytes[..4] != MANIFEST_MAGIC || u(4..6) != u64::from(EMBEDDING_FORMAT_VERSION) {
+        if &bytes[..4] != MANIFEST_MAGIC {
             return Err(WireError::Foreign { version: 0 });
         }
         if blake3::hash(&bytes[..96]).as_bytes() != &bytes[96..] {

@@ -105,6 +105,55 @@ fn foreign_and_other_key_or_model_are_refused() {
     future[4] = 2;
     let e = decode_value(&aligned(&future), &k, MODEL, CAP).unwrap_err();
     assert_eq!(e, WireError::Foreign { version: 2 });
+    // A newer build's value may suit its readers: not bad for everyone. Not ours at all is.
+    assert!(e.may_suit_others());
+    assert!(!WireError::Foreign { version: 0 }.may_suit_others());
+}
+
+#[test]
+fn only_a_readers_own_limits_may_suit_others() {
+    let k = key("a");
+    let v = encode_value(&k, MODEL, &sample()).unwrap();
+    let over = decode_value(&aligned(&v), &k, MODEL, 10).unwrap_err();
+    assert!(over.may_suit_others());
+    let mut flipped = v.clone();
+    flipped[60] ^= 1;
+    for bad in [
+        decode_value(&aligned(&flipped), &k, MODEL, CAP).unwrap_err(),
+        decode_value(&aligned(&v[..v.len() - 1]), &k, MODEL, CAP).unwrap_err(),
+        decode_value(&aligned(&v), &key("b"), MODEL, CAP).unwrap_err(),
+    ] {
+        assert!(!bad.may_suit_others(), "{bad}");
+    }
+    // A manifest of a newer format (perhaps of another length) is that version's.
+    let m = Manifest::of(&v, 40, 7).unwrap().encode(&k);
+    let mut future = m.to_vec();
+    future[4] = 3;
+    future.extend_from_slice(&[0; 32]);
+    let e = Manifest::decode(&future, &k, CAP, 40).unwrap_err();
+    assert_eq!(e, WireError::Foreign { version: 3 });
+    assert!(e.may_suit_others());
+}
+
+#[test]
+fn encoded_len_is_the_length_encode_value_gives() {
+    let k = key("a");
+    let cases = [
+        sample(),
+        Embedding::from_f32(vec![7], vec![1.0; 7]).unwrap(),
+        Embedding::from_u16_bits(DType::BF16, vec![3, 1, 1], vec![1, 2, 3]).unwrap(),
+    ];
+    for e in cases {
+        for model in ["", "m", MODEL] {
+            let v = encode_value(&k, model, &e).unwrap();
+            assert_eq!(
+                encoded_len(model, &e),
+                Ok(v.len()),
+                "{model} {:?}",
+                e.shape()
+            );
+        }
+    }
 }
 
 #[test]

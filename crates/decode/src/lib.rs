@@ -88,11 +88,11 @@ pub use crate::embedding::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, Inserted,
     MAX_EMBEDDING_METADATA_BYTES, TensorError,
 };
-pub use crate::embedding_assembly::Assembly;
+pub use crate::embedding_assembly::{Assembly, decode_copied};
 pub use crate::embedding_wire::{
     DEFAULT_EMBEDDING_CHUNK_BYTES, DEFAULT_EMBEDDING_MAX_VALUE_BYTES, EMBEDDING_FORMAT_VERSION,
     MANIFEST_BYTES, MAX_DIMS, MAX_EMBEDDING_CHUNKS, Manifest, ValueBuf, WireError, WireErrorKind,
-    decode_value, encode_value,
+    decode_value, encode_value, encoded_len,
 };
 pub use crate::error::{Error, Result};
 pub use crate::format::{ImageFormat, ImageFormats, sniff};
