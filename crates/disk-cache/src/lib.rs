@@ -73,5 +73,6 @@ pub use config::{
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};
 pub use named::EntryName;
+pub use read::EntryStamp;
 pub use sweep::SWEEP_INTERVAL;
 pub use trust::{DiskStatus, Refusal};

@@ -8,6 +8,8 @@ use bytes::Bytes;
 
 use crate::cache::DiskCache;
 use crate::lock::{Fill, FillLock};
+use crate::metrics::WriteOutcome;
+use crate::read::EntryStamp;
 
 /// The name of an entry: a 32-byte digest, stored as 64 lowercase hex digits like image
 /// entries (`v1/<aa>/<digest>`).
@@ -35,18 +37,39 @@ impl DiskCache {
 
     /// The entry named `name` ([`DiskCache::get`] for a name of the caller's own).
     pub async fn get_named(&self, name: &EntryName) -> Option<Bytes> {
+        self.get_named_stamped(name).await.map(|(bytes, _)| bytes)
+    }
+
+    /// [`DiskCache::get_named`], with the stamp of the file read, for
+    /// [`DiskCache::remove_named_if`].
+    pub async fn get_named_stamped(&self, name: &EntryName) -> Option<(Bytes, EntryStamp)> {
         self.get_digest(name.0.clone()).await
     }
 
     /// Stores `bytes` under `name` ([`DiskCache::put_locked`]: the holder's fill `lock`, if
-    /// any, is held until the write has really returned).
-    pub async fn put_named(&self, name: &EntryName, bytes: Bytes, lock: Option<FillLock>) {
-        self.put_digest(name.0.clone(), bytes, lock).await;
+    /// any, is held until the write has really returned). How it ended: only
+    /// [`WriteOutcome::Success`] landed (a write past the deadline is `Skipped`, though it
+    /// may still land).
+    pub async fn put_named(
+        &self,
+        name: &EntryName,
+        bytes: Bytes,
+        lock: Option<FillLock>,
+    ) -> WriteOutcome {
+        self.put_digest(name.0.clone(), bytes, lock).await
     }
 
     /// Removes the entry named `name` ([`DiskCache::remove`]).
     pub async fn remove_named(&self, name: &EntryName) {
         self.remove_digest(name.0.clone()).await;
+    }
+
+    /// Removes the entry named `name` only if it still is the file that `read` stamps: a value
+    /// a reader found bad, and not a fresh entry another process wrote over it since. Whether
+    /// it removed it.
+    pub async fn remove_named_if(&self, name: &EntryName, read: &EntryStamp) -> bool {
+        self.remove_digest_if(name.0.clone(), Some(read.clone()))
+            .await
     }
 
     /// Takes the fill lock of `name` ([`DiskCache::lock`]).

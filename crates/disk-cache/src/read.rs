@@ -11,11 +11,26 @@ use crate::cache::{DiskCache, ReadHold, bump};
 use crate::fsops::{self, FsError, FsResult};
 use crate::metrics;
 
+/// Which file an entry read came from (device, inode, size, modification time): a writer
+/// renames a new file over the name, so a later entry never has the stamp of an earlier one.
+/// [`DiskCache::remove_named_if`](crate::DiskCache::remove_named_if) removes only that file.
+#[derive(Clone)]
+pub struct EntryStamp(pub(crate) rustix::fs::Stat);
+
+impl std::fmt::Debug for EntryStamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryStamp")
+            .field("ino", &self.0.st_ino)
+            .field("size", &self.0.st_size)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What one read found.
 enum Found {
-    Hit(Bytes),
+    Hit(Bytes, EntryStamp),
     /// A valid entry, opened, of this length: its bytes are read once reserved.
-    Open(std::fs::File, usize),
+    Open(std::fs::File, usize, EntryStamp),
     Miss,
     Expired,
 }
@@ -24,11 +39,13 @@ impl DiskCache {
     /// The entry of `identity`, or `None` on a miss, an expired or oversized entry, a name that
     /// is not ours, a slow disk, or any I/O error (counted, never returned).
     pub async fn get(&self, identity: &CacheIdentity) -> Option<Bytes> {
-        self.get_digest(identity.sha256_hex().to_owned()).await
+        self.get_digest(identity.sha256_hex().to_owned())
+            .await
+            .map(|(bytes, _)| bytes)
     }
 
-    /// [`DiskCache::get`] by the entry's hex digest name.
-    pub(crate) async fn get_digest(&self, digest: String) -> Option<Bytes> {
+    /// [`DiskCache::get`] by the entry's hex digest name, with the stamp of the file read.
+    pub(crate) async fn get_digest(&self, digest: String) -> Option<(Bytes, EntryStamp)> {
         if !self.enabled() {
             // Not a read: no metric, a miss in the stats.
             bump(&self.inner.metrics.stats.misses, 1);
@@ -65,7 +82,7 @@ impl DiskCache {
             }
         };
         let found = match found {
-            Found::Open(file, len) => match self.read_open(file, len).await {
+            Found::Open(file, len, stamp) => match self.read_open(file, len, stamp).await {
                 Some(found) => found,
                 None => return None, // counted there
             },
@@ -73,10 +90,10 @@ impl DiskCache {
         };
         match found {
             Found::Open(..) => unreachable!("read above"),
-            Found::Hit(bytes) => {
+            Found::Hit(bytes, stamp) => {
                 self.read_outcome(metrics::ReadOutcome::Hit);
                 self.inner.metrics.read_bytes.increment(bytes.len() as u64);
-                Some(bytes)
+                Some((bytes, stamp))
             }
             Found::Miss => {
                 self.read_outcome(metrics::ReadOutcome::Miss);
@@ -124,17 +141,19 @@ impl DiskCache {
             return Ok(Found::Miss); // empty, or over this worker's cap
         }
         let len = usize::try_from(st.st_size).unwrap_or(0);
+        let stamp = EntryStamp(st);
         let hold: Option<ReadHold> = match self.inner.read_memory.get() {
             None => None,
             Some((_, now)) => match now(len as u64) {
                 Some(hold) => Some(hold),
-                None => return Ok(Found::Open(file, len)), // read once its memory is reserved
+                // Read once its memory is reserved.
+                None => return Ok(Found::Open(file, len, stamp)),
             },
         };
         self.read_file(&mut file, len).map(|v| match (v, hold) {
             (None, _) => Found::Miss,
-            (Some(v), Some(hold)) => Found::Hit(hold(v)),
-            (Some(v), None) => Found::Hit(v.into()),
+            (Some(v), Some(hold)) => Found::Hit(hold(v), stamp),
+            (Some(v), None) => Found::Hit(v.into(), stamp),
         })
     }
     fn read_outcome(&self, o: metrics::ReadOutcome) {
@@ -152,7 +171,12 @@ impl DiskCache {
     /// Reserves an opened entry's bytes in the read memory, then reads them (a second
     /// blocking operation, under the same deadline, permits and breaker). `None`: not read
     /// (no memory, or the read failed), counted here.
-    async fn read_open(&self, mut file: std::fs::File, len: usize) -> Option<Found> {
+    async fn read_open(
+        &self,
+        mut file: std::fs::File,
+        len: usize,
+        stamp: EntryStamp,
+    ) -> Option<Found> {
         let (memory, _) = self.inner.read_memory.get()?;
         let Some(hold) = memory(len as u64).await else {
             self.read_outcome(metrics::ReadOutcome::NoMemory);
@@ -165,7 +189,7 @@ impl DiskCache {
             .run(move || this.read_file(&mut file, len))
             .await
         {
-            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf))),
+            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf), stamp)),
             Ok(Ok(None)) => Some(Found::Miss),
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");

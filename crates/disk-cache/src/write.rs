@@ -14,6 +14,7 @@ use crate::cache::DiskCache;
 use crate::fsops::{self, FsError, FsResult};
 use crate::lock::FillLock;
 use crate::metrics;
+use crate::read::EntryStamp;
 
 impl DiskCache {
     /// Stores `bytes` (the exact origin bytes, which decoded) for `identity`: written to a
@@ -28,16 +29,23 @@ impl DiskCache {
     /// waiting for it, or until the write is abandoned (skipped, no permit, breaker open). The
     /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
     pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
-        self.put_digest(identity.sha256_hex().to_owned(), bytes, lock)
+        let _ = self
+            .put_digest(identity.sha256_hex().to_owned(), bytes, lock)
             .await;
     }
 
-    /// [`DiskCache::put_locked`] by the entry's hex digest name.
-    pub(crate) async fn put_digest(&self, digest: String, bytes: Bytes, lock: Option<FillLock>) {
+    /// [`DiskCache::put_locked`] by the entry's hex digest name; how the write ended (only
+    /// [`WriteOutcome::Success`](metrics::WriteOutcome::Success) landed within the deadline).
+    pub(crate) async fn put_digest(
+        &self,
+        digest: String,
+        bytes: Bytes,
+        lock: Option<FillLock>,
+    ) -> metrics::WriteOutcome {
         let len = bytes.len() as u64;
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             self.inner.metrics.write(metrics::WriteOutcome::Skipped);
-            return;
+            return metrics::WriteOutcome::Skipped;
         }
         let this = self.clone();
         let pending = self.inner.guard.pending_write();
@@ -54,28 +62,29 @@ impl DiskCache {
                 this.write(&digest, &bytes)
             })
             .await;
-        match result {
+        let outcome = match result {
             Ok(Ok(())) => {
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
-                self.inner.metrics.write(metrics::WriteOutcome::Success);
                 self.inner.metrics.written_bytes.increment(len);
+                metrics::WriteOutcome::Success
             }
             Ok(Err(FsError::Skipped(s))) => {
                 s.count(&self.inner.metrics);
                 self.skipped();
-                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
+                metrics::WriteOutcome::Skipped
             }
             Ok(Err(e)) => {
-                self.inner.metrics.write(metrics::WriteOutcome::Error);
                 tracing::debug!(error = ?e, "disk cache write failed");
+                metrics::WriteOutcome::Error
             }
             Err(_) => {
                 self.skipped();
-                self.inner.metrics.write(metrics::WriteOutcome::Skipped);
+                metrics::WriteOutcome::Skipped
             }
-        }
+        };
+        self.inner.metrics.write(outcome);
         // A due sweep runs on its own, not on this load's time.
         if self.sweep_due() {
             let this = self.clone();
@@ -83,6 +92,7 @@ impl DiskCache {
                 .guard
                 .spawn_unbounded(move || this.sweep_if_due());
         }
+        outcome
     }
 
     /// Writes `digest`'s entry: a new file in `v1/tmp`, renamed into its shard folder.
@@ -130,8 +140,14 @@ impl DiskCache {
 
     /// [`DiskCache::remove`] by the entry's hex digest name.
     pub(crate) async fn remove_digest(&self, digest: String) {
+        self.remove_digest_if(digest, None).await;
+    }
+
+    /// Removes the entry `digest`, if it still is the file of `read` when given (a writer may
+    /// have renamed a fresh entry over it since it was read); whether it removed it.
+    pub(crate) async fn remove_digest_if(&self, digest: String, read: Option<EntryStamp>) -> bool {
         if !self.enabled() {
-            return;
+            return false;
         }
         let this = self.clone();
         let removed = self
@@ -140,14 +156,17 @@ impl DiskCache {
             .run(move || {
                 let shard = this.open_dirs(&[&digest[..2]], false)?;
                 let st = fsops::lstat_at(&shard, &digest)?;
+                let judged = read.map_or(st, |r| r.0);
                 Ok(fsops::is_file(&st)
                     && this.inner.owners.trusts(&st)
-                    && fsops::unlink_if_same(&shard, &digest, &st))
+                    && fsops::unlink_if_same(&shard, &digest, &judged))
             })
             .await;
-        if matches!(removed, Ok(Ok(true))) {
+        let removed = matches!(removed, Ok(Ok(true)));
+        if removed {
             self.inner.metrics.evicted(metrics::EvictReason::Corrupt);
         }
+        removed
     }
 }
 

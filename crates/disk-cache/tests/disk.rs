@@ -199,3 +199,34 @@ async fn the_fill_lock_admits_one_holder_at_a_time() {
     assert!(watcher.await.unwrap(), "the watcher saw the entry");
     drop(holder);
 }
+
+#[tokio::test]
+async fn a_named_entry_is_removed_only_if_it_is_still_the_file_read() {
+    use mmcache_disk_cache::{EntryName, metrics::WriteOutcome};
+    let dir = Dir::new("disk-named-if");
+    let cache = DiskCache::new(DiskCacheConfig::new(&dir.0));
+    let name = EntryName::from_digest(&[7; 32]);
+    let put = cache
+        .put_named(&name, Bytes::from_static(b"bad"), None)
+        .await;
+    assert_eq!(put, WriteOutcome::Success);
+    let (bytes, bad) = cache.get_named_stamped(&name).await.expect("entry");
+    assert_eq!(&bytes[..], b"bad");
+    // Another process writes a good value over it (rename: a new file) before the delete.
+    let put = cache
+        .put_named(&name, Bytes::from_static(b"good"), None)
+        .await;
+    assert_eq!(put, WriteOutcome::Success);
+    assert!(
+        !cache.remove_named_if(&name, &bad).await,
+        "the new file kept"
+    );
+    assert_eq!(cache.get_named(&name).await.as_deref(), Some(&b"good"[..]));
+    // The file it read is removed.
+    let (_, now) = cache.get_named_stamped(&name).await.expect("entry");
+    assert!(cache.remove_named_if(&name, &now).await);
+    assert!(cache.get_named(&name).await.is_none());
+    // A write the tier does not make says so.
+    let empty = cache.put_named(&name, Bytes::new(), None).await;
+    assert_eq!(empty, WriteOutcome::Skipped);
+}
