@@ -11,6 +11,7 @@ use crate::conn::Failure;
 use crate::metrics::Op;
 use crate::metrics::{GetOutcome, WriteOutcome};
 use crate::read::Read;
+use crate::write_behind::WriteRoom;
 
 impl SharedCache {
     /// The value of `key`, read like an image entry (within the read memory; a hostile value
@@ -26,6 +27,13 @@ impl SharedCache {
             Err(Failure::Skipped) => (None, GetOutcome::Skipped),
             Err(Failure::Failed(_)) => (None, GetOutcome::Error),
         }
+    }
+
+    /// Room for a write of `len` bytes of the caller's own in the write queue's bounds (its
+    /// entries and bytes, which image writes count too), held until the returned reservation
+    /// drops; `None` when the queue is full: the caller drops its write (and counts it).
+    pub fn reserve_write(&self, len: usize) -> Option<WriteRoom> {
+        self.inner.queue.reserve(len)
     }
 
     /// `SET key bytes PX ttl`. No size cap of the image entries applies: the caller bounds
@@ -44,6 +52,18 @@ impl SharedCache {
             })
             .await;
         write_outcome(result.map(|()| 0))
+    }
+
+    /// Deletes `key` only if it still holds exactly `expected` (a script: `GET`, compare,
+    /// `DEL`, run by Redis, Valkey and Dragonfly alike): a reader deletes the value it found bad,
+    /// never one a writer stored after it read. [`WriteOutcome::Success`] whether or not it
+    /// was still there.
+    pub async fn compare_and_delete_key(&self, key: &str, expected: &[u8]) -> WriteOutcome {
+        write_outcome(
+            self.compare_and_delete(Op::Del, key, expected)
+                .await
+                .map(i64::from),
+        )
     }
 
     /// `DEL key` (one key: keys of one caller may sit in different slots).

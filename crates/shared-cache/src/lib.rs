@@ -72,7 +72,7 @@ pub use crate::conn::{RECONNECT_BACKOFF, REDISCOVER_AFTER};
 pub use crate::entry::{entry_key, lease_key};
 pub use crate::error::{Error, FailureKind, Result};
 pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};
-pub use crate::lease::LeaseOutcome;
+pub use crate::lease::{LEASE_NOT_STORED, LeaseHolder, LeaseOutcome};
 pub use crate::memory::{BoxFuture, ReadHold, ReadMemory};
 pub use crate::metrics::{GetOutcome, WriteOutcome};
 pub use crate::read::READ_STEP;
@@ -81,3 +81,4 @@ pub use crate::stats::SharedCacheStats;
 #[cfg(any(test, feature = "test-seams"))]
 pub use crate::warn::ManualClock;
 pub use crate::warn::{Clock, SystemClock, WARN_INTERVAL};
+pub use crate::write_behind::WriteRoom;

@@ -66,7 +66,7 @@ impl Queue {
 
     /// Reserves room for a write of `len` bytes against the queue's bounds; `None` when full.
     /// The room is given back when the returned reservation drops.
-    pub(crate) fn reserve(&self, len: usize) -> Option<Reservation> {
+    pub(crate) fn reserve(&self, len: usize) -> Option<WriteRoom> {
         // Reserve first, so concurrent writers cannot overshoot the bounds.
         let n = self.pending.count.fetch_add(1, Ordering::AcqRel);
         let b = self.pending.bytes.fetch_add(len, Ordering::AcqRel);
@@ -74,7 +74,7 @@ impl Queue {
             self.pending.done(len);
             return None;
         }
-        Some(Reservation {
+        Some(WriteRoom {
             pending: self.pending.clone(),
             len,
         })
@@ -94,14 +94,15 @@ impl Queue {
     }
 }
 
-/// Room held in the write queue by one write; given back on drop.
+/// Room held in the write queue by one write; given back on drop (see
+/// [`SharedCache::reserve_write`](crate::SharedCache::reserve_write)).
 #[derive(Debug)]
-pub(crate) struct Reservation {
+pub struct WriteRoom {
     pending: Arc<Pending>,
     len: usize,
 }
 
-impl Drop for Reservation {
+impl Drop for WriteRoom {
     fn drop(&mut self) {
         self.pending.done(self.len);
     }

@@ -469,3 +469,100 @@ async fn a_lease_is_released_only_by_its_holder() {
     cache.release_lease(&ident, second).await;
     assert_eq!(cluster.get_raw(&key).unwrap(), None);
 }
+
+#[tokio::test]
+async fn a_lease_is_renewed_and_abandoned_only_by_its_holder_and_values_deleted_only_as_read() {
+    use mmcache_shared_cache::{LEASE_NOT_STORED, LeaseHolder, LeaseOutcome};
+    if !require_redis("renewed_and_abandoned_only_by_its_holder") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let cache = cache(cluster.url());
+    let key = "mmcache:emb:v1:{renew}:lease";
+    let LeaseOutcome::Won(token) = cache.try_lease_key(key, Duration::from_secs(2)).await else {
+        panic!("the first lease is won");
+    };
+    assert!(matches!(
+        cache.lease_holder(key).await,
+        LeaseHolder::Token(_)
+    ));
+    // Renewed past its first TTL: still held, by this holder.
+    assert_eq!(
+        cache
+            .renew_lease_key(key, token, Duration::from_secs(60))
+            .await,
+        Some(true)
+    );
+    let pttl: i64 = cluster
+        .cli_cluster(&["PTTL", key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(pttl > 2_000, "renewed to 60 s: {pttl} ms left");
+    // Another token neither renews nor abandons it.
+    assert_eq!(
+        cache
+            .renew_lease_key(key, token ^ 1, Duration::from_secs(1))
+            .await,
+        Some(false)
+    );
+    cache
+        .abandon_lease_key(key, token ^ 1, Duration::from_secs(5))
+        .await;
+    assert!(matches!(
+        cache.lease_holder(key).await,
+        LeaseHolder::Token(_)
+    ));
+    // Its holder abandons it: the marker, which nobody takes as a lease while it lives.
+    cache
+        .abandon_lease_key(key, token, Duration::from_secs(5))
+        .await;
+    assert_eq!(cache.lease_holder(key).await, LeaseHolder::NotStored);
+    assert_eq!(
+        cluster.get_raw(key).unwrap().as_deref(),
+        Some(LEASE_NOT_STORED.as_bytes())
+    );
+    assert_eq!(
+        cache.try_lease_key(key, Duration::from_secs(2)).await,
+        LeaseOutcome::Held
+    );
+    assert_eq!(
+        cache
+            .renew_lease_key(key, token, Duration::from_secs(1))
+            .await,
+        Some(false),
+        "the marker is nobody's lease"
+    );
+    cluster.cli_cluster(&["DEL", key]).unwrap();
+    assert_eq!(cache.lease_holder(key).await, LeaseHolder::Free);
+
+    // Compare-and-delete: a value replaced since it was read survives; the value read goes.
+    let value = "mmcache:emb:v1:{cad}";
+    cluster.set_raw(value, b"bad value", None).unwrap();
+    let read = cache.get_key(value, 1 << 20).await.0.expect("value");
+    cluster.set_raw(value, b"good value", None).unwrap();
+    cache.compare_and_delete_key(value, &read).await;
+    assert_eq!(
+        cluster.get_raw(value).unwrap().as_deref(),
+        Some(&b"good value"[..]),
+        "a value stored after the read must survive the reader's delete"
+    );
+    let read = cache.get_key(value, 1 << 20).await.0.expect("value");
+    cache.compare_and_delete_key(value, &read).await;
+    assert_eq!(cluster.get_raw(value).unwrap(), None);
+}
+
+#[tokio::test]
+async fn write_room_is_bounded_by_the_queue() {
+    let mut c = SharedCacheConfig::new("redis://127.0.0.1:1");
+    c.write_behind.max_queued = 2;
+    c.write_behind.max_queued_bytes = 100;
+    let cache = SharedCache::new(c).unwrap();
+    let a = cache.reserve_write(60).expect("room");
+    assert!(cache.reserve_write(60).is_none(), "bytes bound");
+    let b = cache.reserve_write(10).expect("room");
+    assert!(cache.reserve_write(1).is_none(), "entries bound");
+    drop((a, b));
+    assert!(cache.reserve_write(100).is_some(), "room again");
+}
