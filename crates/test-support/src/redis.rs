@@ -309,7 +309,7 @@ impl RedisCluster {
     }
 
     /// `redis://ip:port` (or `rediss://`) of any address, with the password when one is set.
-    fn url_at(&self, addr: SocketAddr) -> String {
+    pub fn url_at(&self, addr: SocketAddr) -> String {
         let scheme = if self.opts.tls { "rediss" } else { "redis" };
         let auth = self
             .opts

@@ -42,6 +42,37 @@ impl RedisCluster {
         Ok(())
     }
 
+    /// Puts node `i` behind a [`Forwarder`](crate::forward::Forwarder) that it announces as
+    /// its address (see [`RedisCluster::announce_port`]): clients built with
+    /// `url_at(forwarder.addr())` reach it only through the forwarder, whose
+    /// [`set_reply_delay`](crate::forward::Forwarder::set_reply_delay) makes it a slow node.
+    ///
+    /// # Errors
+    ///
+    /// When the forwarder cannot bind or the node refuses the setting.
+    pub fn behind_forwarder(&self, i: usize) -> anyhow::Result<crate::forward::Forwarder> {
+        let node = self.nodes[i].addr();
+        let forwarder = crate::forward::Forwarder::start(node.ip(), Some(node))?;
+        self.announce_port(i, forwarder.addr().port())?;
+        Ok(forwarder)
+    }
+
+    /// Makes node `i` announce `port` on 127.0.0.1 as its client address (`CONFIG SET
+    /// cluster-announce-port`), so that clients reach it through whatever listens there (a
+    /// [`Forwarder`](crate::forward::Forwarder) with a reply delay: a slow node). The harness
+    /// itself keeps talking to the node's own port.
+    ///
+    /// # Errors
+    ///
+    /// When the node refuses the setting.
+    pub fn announce_port(&self, i: usize, port: u16) -> anyhow::Result<()> {
+        self.cli_ok(i, &["CONFIG", "SET", "cluster-announce-ip", "127.0.0.1"])?;
+        self.cli_ok(
+            i,
+            &["CONFIG", "SET", "cluster-announce-port", &port.to_string()],
+        )
+    }
+
     fn signal(&self, i: usize, sig: &str) -> anyhow::Result<()> {
         let pid = self.nodes[i].pid().context("node not running")?;
         let status = Command::new("kill")
