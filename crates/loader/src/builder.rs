@@ -387,7 +387,13 @@ impl LoaderBuilder {
         let background: Arc<crate::background::Background> = Default::default();
         let embeddings = crate::embeddings::Embeddings::new(
             &config,
-            crate::embeddings::Fleet::new(&config, &disk, &shared, &background),
+            crate::embeddings::Fleet::new(
+                &config,
+                &disk,
+                &shared,
+                (&download_budget, &write_memory),
+                &background,
+            ),
         );
         Ok(Loader {
             tiers: Arc::new(Tiers {

@@ -65,7 +65,9 @@ use tokio::sync::watch;
 use crate::config::Config;
 
 pub(crate) use fleet::Fleet;
-pub use fleet::{disk_entry_name, shared_key};
+#[cfg(feature = "test-seams")]
+pub use fleet::Seam;
+pub use fleet::{FleetWrites, disk_entry_name, shared_key};
 pub use mmcache_decode::{
     DEFAULT_EMBEDDING_CACHE_BYTES, DType, Embedding, EmbeddingStore, MAX_EMBEDDING_METADATA_BYTES,
     TensorError,
@@ -391,6 +393,19 @@ impl Embeddings {
     pub fn inflight(&self) -> usize {
         self.shared.inflight.len()
     }
+
+    /// The writes to the fleet tiers now and at their peak, which the write bounds hold (see
+    /// docs/embeddings.md, "Writes").
+    pub fn fleet_writes(&self) -> FleetWrites {
+        self.shared.fleet.writes()
+    }
+
+    /// Test seam: `hook` runs after a fleet-tier value was read and found bad, before it is
+    /// deleted (only with the feature `test-seams`).
+    #[cfg(feature = "test-seams")]
+    pub fn inject_before_delete(&self, hook: Option<Seam>) {
+        self.shared.fleet.inject_before_delete(hook);
+    }
 }
 
 impl Shared {
@@ -422,7 +437,7 @@ impl Shared {
                 Ok((e, EmbeddingSource::Computed))
             }
             Err(err) => {
-                self.fleet.release(&key, held);
+                self.fleet.release(held);
                 Err(err)
             }
         }

@@ -10,8 +10,8 @@ use mmcache_origin::DownloadBudget;
 
 use crate::metrics;
 
-/// The write allowance (see the module docs).
-#[derive(Debug)]
+/// The write allowance (see the module docs). Clones share it.
+#[derive(Debug, Clone)]
 pub(crate) struct WriteMemory {
     /// A budget that never waits; it reserves from its first half, so it is made twice the
     /// allowance.
@@ -32,6 +32,12 @@ impl WriteMemory {
     /// The most the writes may hold together (and so the largest value a cache write takes).
     pub(crate) fn capacity(&self) -> u64 {
         self.allowance.max_reservation()
+    }
+
+    /// `len` bytes of the allowance if they fit now, uncounted: for a writer that holds bytes
+    /// it made itself (an encoded embedding) or shares (a value read), and counts its own.
+    pub(crate) fn reserve(&self, len: u64) -> Option<mmcache_origin::Reservation> {
+        self.allowance.try_reserve(len)
     }
 
     /// A copy of `bytes` holding its share of the allowance, or `None` (counted) when it

@@ -1,6 +1,7 @@
 //! Embeddings through the fleet tiers: a real directory for the disk tier, a real 3-master
-//! Redis Cluster for the shared cache. Bad values (truncated, corrupt, another key's,
-//! oversized, a missing chunk) are deleted and recomputed, never returned.
+//! Redis Cluster for the shared cache. Bad values (truncated, corrupt, another key's, a
+//! missing chunk) are deleted and recomputed, never returned; a value over this reader's cap
+//! is a miss that deletes nothing (embeddings_fleet_keep.rs has more).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -196,7 +197,7 @@ async fn shared_tier_chunks_a_large_value_over_slots_and_reads_it_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn foreign_corrupt_and_oversized_shared_values_are_deleted_and_recomputed() {
+async fn foreign_and_corrupt_shared_values_are_deleted_and_oversized_ones_left() {
     let cluster = cluster();
     let n = Arc::new(AtomicUsize::new(0));
     let a = with_cluster(&cluster).build().unwrap();
@@ -236,7 +237,7 @@ async fn foreign_corrupt_and_oversized_shared_values_are_deleted_and_recomputed(
             (other.clone(), EmbeddingSource::Shared)
         );
     }
-    // Over this worker's cap: refused before it is read whole, deleted.
+    // Over this worker's cap: refused before it is read whole, and left for the others.
     let tight = with_cluster(&cluster)
         .embedding_max_value_bytes(64)
         .embedding_chunk_bytes(64)
@@ -246,7 +247,7 @@ async fn foreign_corrupt_and_oversized_shared_values_are_deleted_and_recomputed(
         get(&tight, "x", other.clone(), &n).await.1,
         EmbeddingSource::Computed
     );
-    assert_eq!(cluster.get_raw(&key("x")).unwrap(), None);
+    assert_eq!(cluster.get_raw(&key("x")).unwrap(), Some(x));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,4 +361,33 @@ async fn an_embedding_read_from_a_tier_holds_no_download_budget_while_cached() {
     assert_eq!(loaded.source, Source::Origin);
     assert_eq!(n.load(Ordering::SeqCst), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_read_reserves_its_whole_value_in_the_download_budget() {
+    let cluster = cluster();
+    let n = Arc::new(AtomicUsize::new(0));
+    let a = with_cluster(&cluster).build().unwrap();
+    get(&a, "big", big(), &n).await;
+    settled(a).await;
+    // A budget whose largest reservation (half of it, 8 MiB) is under the 9.3 MB value: the
+    // assembly cannot be reserved, so the value is not read (a miss that deletes nothing).
+    let small_budget = with_cluster(&cluster)
+        .download_memory_bytes(16 << 20)
+        .build()
+        .unwrap();
+    assert_eq!(
+        get(&small_budget, "big", big(), &n).await.1,
+        EmbeddingSource::Computed
+    );
+    // Twice that, and the value is read.
+    let enough = with_cluster(&cluster)
+        .download_memory_bytes(32 << 20)
+        .build()
+        .unwrap();
+    assert_eq!(
+        get(&enough, "big", small(), &n).await.1,
+        EmbeddingSource::Shared
+    );
+    assert_eq!(n.load(Ordering::SeqCst), 2);
 }

@@ -5,9 +5,15 @@
 //! appends a line to a shared file, then sleeps as a vision encoder would).
 //!
 //! - 2 processes sharing a disk directory (no Redis) → 1 compute.
-//! - 4 processes on a real 3-master Redis Cluster with the lease on → 1 compute.
-//! - The same, the lease holder SIGKILLed mid-compute → another process computes, and no
-//!   process waits past the lease TTL.
+//! - 4 processes on a real 3-master Redis Cluster with the lease on → 1 compute, also when the
+//!   compute takes 20 s, four lease TTLs (the holder renews its lease).
+//! - The same, the lease holder SIGKILLed mid-compute of 8 s → exactly one more compute, by a
+//!   process that took the lease once it lapsed; the others wait for that one.
+//! - A value that cannot be stored (too many dimensions with the defaults; over a 1 MiB cap)
+//!   → the holder's waiters compute at once when its compute ends, all at the same time, not
+//!   one after another.
+//!
+//! The lease's settings are the defaults (TTL 5 s) but for the switch that turns it on.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +29,9 @@ const WORKER: &str = "MMCACHE_TEST_EMB_WORKER";
 const DIR: &str = "MMCACHE_TEST_EMB_DIR";
 const COMPUTE_MS: &str = "MMCACHE_TEST_EMB_COMPUTE_MS";
 const KEY: &str = "MMCACHE_TEST_EMB_KEY";
+/// What the compute returns: `ok` (a 333 KB f32 value), `dims9` (9 dimensions: cannot be
+/// stored), `4mib` (a 4 MiB value).
+const VALUE: &str = "MMCACHE_TEST_EMB_VALUE";
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
 /// The default lease TTL (`MMCACHE_SHARED_IMAGE_CACHE_LEASE_TTL_MS`).
 const LEASE_TTL: Duration = Duration::from_secs(5);
@@ -36,18 +45,25 @@ fn main() -> Result<()> {
     if std::env::var_os(WORKER).is_some() {
         return worker();
     }
-    let tests: [(&str, Test); 3] = [
+    let tests: [(&str, Test); 5] = [
         (
             "two_processes_sharing_a_disk_directory_compute_once",
             disk_two,
         ),
         ("four_processes_on_a_cluster_compute_once", cluster_four),
+        ("a_compute_of_four_lease_ttls_runs_once", long_compute),
         (
-            "a_killed_lease_holder_is_replaced_at_the_ttl",
+            "a_killed_lease_holder_is_replaced_once_at_the_ttl",
             killed_holder,
         ),
+        ("waiters_of_an_unstorable_value_compute_at_once", unstorable),
     ];
-    let mut failed = 0;
+    let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let tests: Vec<_> = tests
+        .into_iter()
+        .filter(|(name, _)| only.as_deref().is_none_or(|o| name.contains(o)))
+        .collect();
+    let (mut failed, count) = (0, tests.len());
     for (name, test) in tests {
         let started = Instant::now();
         match test() {
@@ -58,8 +74,8 @@ fn main() -> Result<()> {
             }
         }
     }
-    ensure!(failed == 0, "{failed} of {} failed", tests.len());
-    println!("test result: ok. {} passed", tests.len());
+    ensure!(failed == 0, "{failed} of {count} failed");
+    println!("test result: ok. {count} passed");
     Ok(())
 }
 
@@ -68,6 +84,7 @@ fn worker() -> Result<()> {
     let dir = PathBuf::from(std::env::var(DIR)?);
     let compute_ms: u64 = std::env::var(COMPUTE_MS)?.parse()?;
     let key = std::env::var(KEY)?;
+    let value = std::env::var(VALUE).unwrap_or_else(|_| "ok".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -85,11 +102,19 @@ fn worker() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let started = Instant::now();
-        let computes = dir.join("computes");
+        let (computes, computed) = (dir.join("computes"), dir.join("computed"));
         let compute = move || async move {
+            let start = now_ms();
             write_line(&computes, &std::process::id().to_string())?;
             tokio::time::sleep(Duration::from_millis(compute_ms)).await;
-            Embedding::from_f32(vec![1300, 64], vec![0.25; 1300 * 64]).map_err(anyhow::Error::from)
+            let e = match value.as_str() {
+                "dims9" => Embedding::from_f32(vec![1; 9], vec![0.25]),
+                "4mib" => Embedding::from_f32(vec![1024, 1024], vec![0.25; 1 << 20]),
+                _ => Embedding::from_f32(vec![1300, 64], vec![0.25; 1300 * 64]),
+            };
+            let line = format!("{} {start} {}", std::process::id(), now_ms());
+            write_line(&computed, &line)?;
+            e.map_err(anyhow::Error::from)
         };
         let got = loader
             .embeddings()
@@ -108,6 +133,13 @@ fn worker() -> Result<()> {
         loader.shutdown(Duration::from_secs(10)).await;
         Ok(())
     })
+}
+
+/// Milliseconds since the Unix epoch: one clock for every process of the host.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Appends one line (O_APPEND: lines of several processes never interleave).
@@ -200,15 +232,6 @@ fn finish(run: &mut Run) -> Result<Vec<(u32, bool, String)>> {
     Ok(out)
 }
 
-fn elapsed_ms(text: &str) -> Option<u64> {
-    text.split("elapsed_ms=")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 fn disk_two() -> Result<()> {
     let disk = std::env::temp_dir().join(format!("mmcache-emb-disk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&disk);
@@ -257,11 +280,56 @@ fn cluster_four() -> Result<()> {
     Ok(())
 }
 
+/// The `computed` file's lines: (pid, start ms, end ms), in the order they ended.
+fn computed(dir: &Path) -> Result<Vec<(u32, u64, u64)>> {
+    lines(&dir.join("computed"))
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            ensure!(f.len() == 3, "bad line {l:?}");
+            Ok((f[0].parse()?, f[1].parse()?, f[2].parse()?))
+        })
+        .collect()
+}
+
+fn all_ok(done: &[(u32, bool, String)]) -> Result<()> {
+    for (pid, ok, text) in done {
+        ensure!(*ok, "worker {pid} failed: {text}");
+    }
+    Ok(())
+}
+
+fn long_compute() -> Result<()> {
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    // Four lease TTLs: the holder renews its lease, and the waiters wait for it.
+    let compute = 4 * LEASE_TTL;
+    let mut run = start(
+        "long",
+        4,
+        compute.as_millis() as u64,
+        &cluster_env(&cluster),
+    )?;
+    let done = finish(&mut run)?;
+    all_ok(&done)?;
+    let computes = lines(&run.dir.join("computes"));
+    ensure!(
+        computes.len() == 1,
+        "{} computes of one {compute:?} compute across 4 processes (want 1): {done:?}",
+        computes.len()
+    );
+    let shared = done
+        .iter()
+        .filter(|d| d.2.contains("source=shared"))
+        .count();
+    ensure!(shared == 3, "3 processes should read the value: {done:?}");
+    Ok(())
+}
+
 fn killed_holder() -> Result<()> {
     let cluster = RedisCluster::start(ClusterOptions::default())?;
-    // The compute (2 s) is shorter than the lease TTL (5 s): a live holder would finish first.
-    let mut run = start("killed", 4, 2000, &cluster_env(&cluster))?;
-    let opened = Instant::now();
+    // The compute (8 s) outlasts the lease TTL (5 s): the holder's renewals, then its
+    // successor's, keep every other process waiting.
+    let mut run = start("killed", 4, 8000, &cluster_env(&cluster))?;
     let computes = run.dir.join("computes");
     let until = Instant::now() + WORKER_LIMIT;
     let holder: u32 = loop {
@@ -280,26 +348,88 @@ fn killed_holder() -> Result<()> {
     let killed = c.kill(); // SIGKILL: no lease release, no cleanup
     c.wait()?;
     killed?;
+    let killed_at = now_ms();
     let done = finish(&mut run)?;
-    let took = opened.elapsed();
-    for (pid, ok, text) in &done {
-        ensure!(*ok, "worker {pid} failed: {text}");
-    }
+    all_ok(&done)?;
     let all = lines(&computes);
     ensure!(
         all.len() == 2 && all[1] != all[0],
         "after the holder died exactly one other process should compute: {all:?} {done:?}"
     );
-    // A waiter takes over at the TTL and computes (2 s); the others read its value. Nobody
-    // waits for the value past the TTL: every survivor is done by TTL + compute + slack.
-    let bound = LEASE_TTL + Duration::from_secs(2) + Duration::from_secs(3);
-    for (pid, _, text) in &done {
-        let ms = elapsed_ms(text).context("worker reported its time")?;
+    let ended = computed(&run.dir)?;
+    ensure!(ended.len() == 1, "one compute ran to its end: {ended:?}");
+    // The successor started after the kill (once the lease lapsed), and the two others
+    // read its value.
+    ensure!(
+        ended[0].1 >= killed_at,
+        "{ended:?} started before the kill at {killed_at}"
+    );
+    let shared = done
+        .iter()
+        .filter(|d| d.2.contains("source=shared"))
+        .count();
+    ensure!(
+        shared == 2,
+        "the others read the successor's value: {done:?}"
+    );
+    println!(
+        "  the successor's compute started {} ms after the kill",
+        ended[0].1 - killed_at
+    );
+    Ok(())
+}
+
+/// A holder whose value will not be stored: its waiters all compute when it ends, at once.
+fn unstorable() -> Result<()> {
+    let cluster = RedisCluster::start(ClusterOptions::default())?;
+    let compute = Duration::from_secs(2);
+    // The defaults (9 dimensions cannot be encoded), then a 4 MiB value over a 1 MiB cap.
+    let cases = [
+        ("dims9", None),
+        (
+            "4mib",
+            Some(("MMCACHE_EMBEDDING_MAX_VALUE_BYTES", "1048576")),
+        ),
+    ];
+    for (value, cap) in cases {
+        let mut env = cluster_env(&cluster);
+        env.push((VALUE, value.to_owned()));
+        env.extend(cap.map(|(k, v)| (k, v.to_owned())));
+        let name = format!("unstorable-{value}");
+        let mut run = start(&name, 4, compute.as_millis() as u64, &env)?;
+        let done = finish(&mut run)?;
+        all_ok(&done)?;
+        let mut ended = computed(&run.dir)?;
         ensure!(
-            Duration::from_millis(ms) < bound,
-            "worker {pid} took {ms} ms (bound {bound:?}): {text}"
+            ended.len() == 4,
+            "{value}: every process computes: {ended:?}"
+        );
+        ended.sort_by_key(|e| e.1);
+        let (holder, waiters) = (ended[0], &ended[1..]);
+        // The waiters waited for the holder (none started before its compute ended) and
+        // then ran together: each started before any other ended.
+        let first_end = waiters.iter().map(|w| w.2).min().unwrap_or(0);
+        for w in waiters {
+            ensure!(
+                w.1 >= holder.2,
+                "{value}: {w:?} started before {holder:?} ended"
+            );
+            ensure!(
+                w.1 < first_end,
+                "{value}: waiters ran one after another: {ended:?}"
+            );
+        }
+        // Two compute times and the waiters' wake-up; one after another would be four.
+        let last_end = ended.iter().map(|e| e.2).max().unwrap_or(0);
+        let span = Duration::from_millis(last_end - holder.1);
+        ensure!(
+            span < 3 * compute,
+            "{value}: {span:?} from first start to last end: {ended:?}"
+        );
+        let woke = waiters.iter().map(|w| w.1 - holder.2).max().unwrap_or(0);
+        println!(
+            "  {value}: 4 computes of {compute:?}, the waiters' started at most {woke} ms after the holder's ended; {span:?} in all"
         );
     }
-    ensure!(took < bound + Duration::from_secs(5), "run took {took:?}");
     Ok(())
 }

@@ -104,7 +104,30 @@ pub const DELETED: Metric = Metric::new(
     "Bad embedding values deleted from a fleet tier",
 )
 .labels(&[FleetTier::LABEL, DeleteReason::LABEL])
-.note("bad values deleted and recomputed");
+.note("bad for every reader; deleted only if still the value read, then recomputed");
+/// Values this reader could not use but others may, left in place; labels `tier`, `reason`.
+pub const KEPT: Metric = Metric::new(
+    "mmcache_embedding_cache_kept_total",
+    Kind::Counter,
+    "Embedding values left in a fleet tier that this reader cannot use",
+)
+.labels(&[FleetTier::LABEL, KeptReason::LABEL])
+.note(
+    "over this reader's `MMCACHE_EMBEDDING_MAX_VALUE_BYTES`, or a newer format version: a \
+     miss, nothing deleted or overwritten",
+);
+/// Writes to a fleet tier not made or not finished; labels `tier`, `reason`.
+pub const WRITES_DROPPED: Metric = Metric::new(
+    "mmcache_embedding_cache_writes_dropped_total",
+    Kind::Counter,
+    "Embedding writes to a fleet tier dropped",
+)
+.labels(&[FleetTier::LABEL, DropReason::LABEL])
+.note(
+    "`queue_full`, `no_memory`: over the write bounds; `too_large`: over \
+     `DYN_MM_MAX_FILE_SIZE_MB`; `deadline`: a chunked write past its deadline; `skipped`: the \
+     disk tier skipped it",
+);
 /// Computed values not written to the fleet tiers; label `reason`.
 pub const FLEET_NOT_STORED: Metric = Metric::new(
     "mmcache_embedding_fleet_not_stored_total",
@@ -128,7 +151,8 @@ pub const LEASE_WAITS: Metric = Metric::new(
 .labels(&[LeaseWait::LABEL])
 .note(
     "`hit`: its value came, the fleet's coalesced join; `took_over`: its lease expired and \
-     this process computes",
+     this process computes; `not_stored`: its value will not be stored, so this process \
+     computes at once",
 );
 
 /// Every embedding metric the loader records ([`ENTRIES`] and [`BYTES`] are
@@ -146,6 +170,8 @@ pub const ALL: &[Metric] = &[
     WRITTEN_BYTES,
     WRITES,
     DELETED,
+    KEPT,
+    WRITES_DROPPED,
     FLEET_NOT_STORED,
     LEASES,
     LEASE_WAITS,
@@ -178,27 +204,44 @@ mmcache_scope::label_values! {
 }
 
 mmcache_scope::label_values! {
-    /// The `reason` label of [`DELETED`]: why a value read from a tier was refused.
+    /// The `reason` label of [`DELETED`]: why a value read from a tier is bad for every
+    /// reader (`foreign`: not ours at all).
     pub enum DeleteReason: "reason" {
         Truncated = "truncated",
         Corrupt = "corrupt",
         Foreign = "foreign",
         OtherKey = "other_key",
-        Oversized = "oversized",
     }
 }
 
 impl DeleteReason {
-    /// The reason of a value refused on read (reading never finds a value unencodable; were
-    /// it to, the value is one this process cannot use: corrupt).
-    pub(crate) fn of(kind: WireErrorKind) -> Self {
+    /// The reason of a value refused on read; `None` for a size (only ever over this reader's
+    /// cap, never deleted). Reading never finds a value unencodable; were it to, the value
+    /// is one this process cannot use: corrupt.
+    pub(crate) fn of(kind: WireErrorKind) -> Option<Self> {
         match kind {
-            WireErrorKind::Truncated => Self::Truncated,
-            WireErrorKind::Foreign => Self::Foreign,
-            WireErrorKind::Corrupt | WireErrorKind::Unencodable => Self::Corrupt,
-            WireErrorKind::OtherKey => Self::OtherKey,
-            WireErrorKind::Oversized => Self::Oversized,
+            WireErrorKind::Truncated => Some(Self::Truncated),
+            WireErrorKind::Foreign => Some(Self::Foreign),
+            WireErrorKind::Corrupt | WireErrorKind::Unencodable => Some(Self::Corrupt),
+            WireErrorKind::OtherKey => Some(Self::OtherKey),
+            WireErrorKind::Oversized => None,
         }
+    }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`KEPT`].
+    pub enum KeptReason: "reason" { Oversized = "oversized", Version = "version" }
+}
+
+mmcache_scope::label_values! {
+    /// The `reason` label of [`WRITES_DROPPED`].
+    pub enum DropReason: "reason" {
+        QueueFull = "queue_full",
+        NoMemory = "no_memory",
+        TooLarge = "too_large",
+        Deadline = "deadline",
+        Skipped = "skipped",
     }
 }
 
@@ -231,6 +274,7 @@ mmcache_scope::label_values! {
     pub enum LeaseWait: "outcome" {
         Hit = "hit",
         TookOver = "took_over",
+        NotStored = "not_stored",
         TimedOut = "timed_out",
         Unavailable = "unavailable",
     }
@@ -291,6 +335,8 @@ pub(crate) struct FleetMetrics {
     writes_error: PerLabel<Counter>,
     /// By tier, then by reason.
     deleted: PerLabel<PerLabel<Counter>>,
+    kept: PerLabel<PerLabel<Counter>>,
+    dropped: PerLabel<PerLabel<Counter>>,
     not_stored: PerLabel<Counter>,
     leases: PerLabel<Counter>,
     lease_waits: PerLabel<Counter>,
@@ -324,6 +370,18 @@ impl FleetMetrics {
                     move |r: DeleteReason| ::metrics::counter!(DELETED.name, "tier" => t.as_str(), "reason" => r.as_str()),
                 )
             }),
+            kept: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
+                PerLabel::new(
+                    KeptReason::ALL,
+                    move |r: KeptReason| ::metrics::counter!(KEPT.name, "tier" => t.as_str(), "reason" => r.as_str()),
+                )
+            }),
+            dropped: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
+                PerLabel::new(
+                    DropReason::ALL,
+                    move |r: DropReason| ::metrics::counter!(WRITES_DROPPED.name, "tier" => t.as_str(), "reason" => r.as_str()),
+                )
+            }),
             not_stored: PerLabel::new(
                 NotStoredReason::ALL,
                 |r: NotStoredReason| ::metrics::counter!(FLEET_NOT_STORED.name, "reason" => r.as_str()),
@@ -355,8 +413,21 @@ impl FleetMetrics {
         self.writes_error.get(tier as usize).increment(1);
     }
     pub(crate) fn deleted(&self, tier: FleetTier, reason: WireErrorKind) {
-        let reason = DeleteReason::of(reason);
-        self.deleted
+        if let Some(reason) = DeleteReason::of(reason) {
+            self.deleted
+                .get(tier as usize)
+                .get(reason as usize)
+                .increment(1);
+        }
+    }
+    pub(crate) fn kept(&self, tier: FleetTier, reason: KeptReason) {
+        self.kept
+            .get(tier as usize)
+            .get(reason as usize)
+            .increment(1);
+    }
+    pub(crate) fn dropped(&self, tier: FleetTier, reason: DropReason) {
+        self.dropped
             .get(tier as usize)
             .get(reason as usize)
             .increment(1);

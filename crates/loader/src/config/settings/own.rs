@@ -348,9 +348,9 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             is not made (`mmcache_shared_cache_skipped_total{reason=\"no_memory\"}`, \
             `mmcache_disk_cache_reads_total{outcome=\"no_memory\"}`): the load goes on to the \
             next tier and the origin, whose download waits for the same budget and fails as any \
-            download does. Cache writes (disk and shared, write-behind included) never hold a \
-            load's reservation: they hold a copy of its bytes under a separate allowance of a \
-            quarter of this budget (so all three together bound the process at 1.375 × this \
+            download does. Cache writes (disk and shared, write-behind and embeddings \
+            included) never hold a load's reservation: they hold a copy of its bytes under a \
+            separate allowance of a quarter of this budget (so all three together bound the process at 1.375 × this \
             value), and a write that does not fit at once is skipped \
             (`mmcache_cache_writes_skipped_total`), so a hung disk or master never makes a later \
             load wait or fail for memory. 64 concurrent shared hits of 60 MB values with the \
@@ -410,7 +410,8 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
         default: "`67108864` (64 MiB)",
         rule: "integer > 0",
         doc: ": cap on an encoded embedding value written to or read from a fleet tier; a larger \
-            value is not written, and one read is deleted",
+            value is not written, and one read is a miss that deletes nothing (workers with a \
+            larger cap use it)",
         python: "embedding_max_value_bytes",
         python_value: "int",
         read: |c, v| {
@@ -447,9 +448,10 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             in-flight map so the next call computes again, a held lease is released, and \
             nothing is cached. It only frees the waiters of a compute that hangs: a vision \
             encoder takes tens of milliseconds to a few seconds even queued on a loaded GPU, so \
-            a healthy compute never meets the default. Waiters in other processes are bounded \
-            by the lease wait; a compute that outlives the lease TTL may run a second time in \
-            another process",
+            a healthy compute never meets the default. With the lease on, the holder renews its \
+            lease while it computes and writes, so a compute runs once in the fleet however long \
+            it takes; waiters in other processes wait at most this deadline, a write's deadline \
+            and one lease TTL",
         python: "embedding_compute_timeout_secs",
         python_value: "float seconds, or `None` (the default)",
         read: |c, v| {

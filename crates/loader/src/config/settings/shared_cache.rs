@@ -139,8 +139,9 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         checked_by: CheckedBy::SharedCache(shared::WriteBehindQueue),
         default: "`256`",
         rule: "integer > 0",
-        doc: ": queued writes at most (also at most 256 MiB); a full queue drops the write, never \
-            blocks a load",
+        doc: ": queued writes at most (also at most 256 MiB), image and embedding writes \
+            together (writes left to the background count with write-behind off too); a full \
+            queue drops the write, never blocks a load",
         python: "shared_cache_write_behind_queue",
         python_value: "int",
         read: |c, v| {
