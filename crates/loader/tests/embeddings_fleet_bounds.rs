@@ -1,6 +1,6 @@
-//! Embedding writes are bounded as image writes are: against a real master slowed to just
-//! under the operation deadline (a forwarder that holds every reply 1.9 s; the default
-//! deadline is 0.1 s connect + 2 s response), with the default settings, many computes of
+//! Embedding writes are bounded as image writes are: against a real master that answers late
+//! but in time (a forwarder that holds every reply 1.5 s; the default response timeout is
+//! 2 s), with the default settings, many computes of
 //! 9.3 MB values at once never hold more pending writes than the write allowance (a quarter of
 //! the default 512 MiB download budget) takes, each chunked write stops at its deadline, and
 //! every write not made is counted. Counts only: no timing is asserted. And a value over the
