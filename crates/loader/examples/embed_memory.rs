@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{DType, Embedding, EmbeddingKeyInput};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+use mmcache_test_support::scrape::counter;
 
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
 
@@ -38,14 +39,6 @@ fn status_mib(field: &str) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .map_or(0, |kib| kib / 1024)
-}
-
-fn counter(scrape: &str, name: &str, labels: &[&str]) -> u64 {
-    scrape
-        .lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 async fn writes(secs: u64, cache_bytes: Option<u64>) -> anyhow::Result<()> {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{DType, Embedding, EmbeddingKeyInput, EmbeddingSource};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
+use mmcache_test_support::scrape::counter;
 
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
 /// Computes started at once: about 1.7 times what the write allowance holds.
@@ -28,15 +29,6 @@ fn metrics() -> &'static mmcache_loader::metrics::prometheus::PrometheusHandle {
     static HANDLE: OnceLock<mmcache_loader::metrics::prometheus::PrometheusHandle> =
         OnceLock::new();
     HANDLE.get_or_init(|| mmcache_loader::metrics::install_prometheus().unwrap())
-}
-
-/// The value of counter `name` with every label in `labels`, summed, from a scrape.
-fn counter(scrape: &str, name: &str, labels: &[&str]) -> u64 {
-    scrape
-        .lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,54 +5,24 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use mmcache_loader::embeddings::{
-    DType, Embedding, EmbeddingKey, EmbeddingKeyInput, EmbeddingSource, disk_entry_name, shared_key,
+    EmbeddingKey, EmbeddingKeyInput, EmbeddingSource, disk_entry_name, shared_key,
 };
 use mmcache_loader::{Loader, LoaderBuilder};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
-const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
+mod fleet_common;
+use fleet_common::{MODEL, big, scratch, settled, small};
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("mmcache-embk-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-/// One 1024 px image in Qwen2.5-VL-7B: about 1300 tokens x 3584 x bf16 = 9.3 MB.
-fn big() -> Embedding {
-    let n = 1300 * 3584;
-    let bits: Vec<u16> = (0..n).map(|i| (i % 65_000) as u16).collect();
-    Embedding::from_u16_bits(DType::BF16, vec![1300, 3584], bits).unwrap()
-}
-
-fn small() -> Embedding {
-    Embedding::from_f32(vec![4, 8], (0..32).map(|i| i as f32).collect()).unwrap()
-}
-
+/// Where `get_or_compute` of `key` found its value (computing `value`, counted).
 async fn get(
     loader: &Loader,
     key: &str,
-    value: Embedding,
+    value: mmcache_loader::embeddings::Embedding,
     computes: &Arc<AtomicUsize>,
 ) -> EmbeddingSource {
-    let c = computes.clone();
-    loader
-        .embeddings()
-        .get_or_compute(
-            &EmbeddingKeyInput::caller(key),
-            MODEL,
-            None,
-            move || async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, String>(value)
-            },
-        )
-        .await
-        .expect("embedding")
-        .source
+    fleet_common::get(loader, key, value, computes).await.1
 }
 
 fn key_of(loader: &Loader, k: &str) -> EmbeddingKey {
@@ -60,10 +30,6 @@ fn key_of(loader: &Loader, k: &str) -> EmbeddingKey {
         .embeddings()
         .key(&EmbeddingKeyInput::caller(k), MODEL, None)
         .unwrap()
-}
-
-async fn settled(loader: Loader) {
-    assert!(loader.shutdown(Duration::from_secs(20)).await);
 }
 
 fn on(cluster: &RedisCluster, dir: &std::path::Path) -> LoaderBuilder {

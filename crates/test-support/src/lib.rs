@@ -19,6 +19,7 @@ pub mod images;
 pub mod origin;
 pub mod redis;
 mod redis_files;
+pub mod scrape;
 mod server;
 
 /// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing

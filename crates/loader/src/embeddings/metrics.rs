@@ -324,6 +324,26 @@ impl Handles {
     }
 }
 
+/// A counter's handles by `tier`, then by `reason`.
+type ByTierAndReason = PerLabel<PerLabel<Counter>>;
+
+fn by_tier_and_reason<R: Copy>(
+    name: &'static str,
+    reasons: &'static [R],
+    label: fn(R) -> &'static str,
+) -> ByTierAndReason {
+    PerLabel::new(FleetTier::ALL, |t: FleetTier| {
+        PerLabel::new(
+            reasons,
+            move |r: R| ::metrics::counter!(name, "tier" => t.as_str(), "reason" => label(r)),
+        )
+    })
+}
+
+fn bump(counters: &ByTierAndReason, tier: FleetTier, reason: usize) {
+    counters.get(tier as usize).get(reason).increment(1);
+}
+
 /// The fleet tiers' handles, resolved when the loader is built.
 #[derive(Debug)]
 pub(crate) struct FleetMetrics {
@@ -333,10 +353,9 @@ pub(crate) struct FleetMetrics {
     written_bytes: PerLabel<Counter>,
     writes_ok: PerLabel<Counter>,
     writes_error: PerLabel<Counter>,
-    /// By tier, then by reason.
-    deleted: PerLabel<PerLabel<Counter>>,
-    kept: PerLabel<PerLabel<Counter>>,
-    dropped: PerLabel<PerLabel<Counter>>,
+    deleted: ByTierAndReason,
+    kept: ByTierAndReason,
+    dropped: ByTierAndReason,
     not_stored: PerLabel<Counter>,
     leases: PerLabel<Counter>,
     lease_waits: PerLabel<Counter>,
@@ -364,24 +383,9 @@ impl FleetMetrics {
             written_bytes: per_tier(WRITTEN_BYTES.name),
             writes_ok: writes(Outcome::Ok),
             writes_error: writes(Outcome::Error),
-            deleted: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
-                PerLabel::new(
-                    DeleteReason::ALL,
-                    move |r: DeleteReason| ::metrics::counter!(DELETED.name, "tier" => t.as_str(), "reason" => r.as_str()),
-                )
-            }),
-            kept: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
-                PerLabel::new(
-                    KeptReason::ALL,
-                    move |r: KeptReason| ::metrics::counter!(KEPT.name, "tier" => t.as_str(), "reason" => r.as_str()),
-                )
-            }),
-            dropped: PerLabel::new(FleetTier::ALL, |t: FleetTier| {
-                PerLabel::new(
-                    DropReason::ALL,
-                    move |r: DropReason| ::metrics::counter!(WRITES_DROPPED.name, "tier" => t.as_str(), "reason" => r.as_str()),
-                )
-            }),
+            deleted: by_tier_and_reason(DELETED.name, DeleteReason::ALL, DeleteReason::as_str),
+            kept: by_tier_and_reason(KEPT.name, KeptReason::ALL, KeptReason::as_str),
+            dropped: by_tier_and_reason(WRITES_DROPPED.name, DropReason::ALL, DropReason::as_str),
             not_stored: PerLabel::new(
                 NotStoredReason::ALL,
                 |r: NotStoredReason| ::metrics::counter!(FLEET_NOT_STORED.name, "reason" => r.as_str()),
@@ -414,23 +418,14 @@ impl FleetMetrics {
     }
     pub(crate) fn deleted(&self, tier: FleetTier, reason: WireErrorKind) {
         if let Some(reason) = DeleteReason::of(reason) {
-            self.deleted
-                .get(tier as usize)
-                .get(reason as usize)
-                .increment(1);
+            bump(&self.deleted, tier, reason as usize);
         }
     }
     pub(crate) fn kept(&self, tier: FleetTier, reason: KeptReason) {
-        self.kept
-            .get(tier as usize)
-            .get(reason as usize)
-            .increment(1);
+        bump(&self.kept, tier, reason as usize);
     }
     pub(crate) fn dropped(&self, tier: FleetTier, reason: DropReason) {
-        self.dropped
-            .get(tier as usize)
-            .get(reason as usize)
-            .increment(1);
+        bump(&self.dropped, tier, reason as usize);
     }
     pub(crate) fn not_stored(&self, reason: WireErrorKind) {
         let reason = NotStoredReason::of(reason);
