@@ -5,7 +5,6 @@ use std::sync::Arc;
 use mmcache_loader::{Image, PixelLayout};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 /// Owner of a decoded image's pixels, shared with the decoded-image cache.
@@ -111,13 +110,63 @@ pub(crate) fn owner(py: Python<'_>, image: Arc<Image>) -> PyResult<Bound<'_, Pix
     Bound::new(py, Pixels { image })
 }
 
-/// A read-only `numpy.ndarray` (H, W, 3) uint8 viewing `image`'s pixels.
+/// A read-only `numpy.ndarray` (H, W, 3) uint8 viewing `image`'s pixels, made with numpy's C
+/// API (a fraction of what `numpy.asarray` on the array interface costs: this is a memory
+/// hit's price), its `base` the [`Pixels`] owner.
 pub(crate) fn to_array(py: Python<'_>, image: Arc<Image>) -> PyResult<Bound<'_, PyAny>> {
-    static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let asarray = ASARRAY.get_or_try_init(py, || {
-        py.import("numpy")?.getattr("asarray").map(Bound::unbind)
-    })?;
-    asarray.bind(py).call1((owner(py, image)?,))
+    let (width, height) = (image.width() as isize, image.height() as isize);
+    let bpp = image.layout().bytes_per_pixel() as isize;
+    let data = image.pixels().as_ptr();
+    let owner = owner(py, image)?;
+    let mut dims = [height, width, 3];
+    let mut strides = [width * bpp, bpp, 1];
+    new_view(py, &mut dims, &mut strides, data, owner.into_any())
+}
+
+/// An ndarray of `dims` and `strides` over `data`, read-only, kept alive by `owner`.
+#[allow(unsafe_code)]
+fn new_view<'py>(
+    py: Python<'py>,
+    dims: &mut [isize; 3],
+    strides: &mut [isize; 3],
+    data: *const u8,
+    owner: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use numpy::npyffi::{NPY_TYPES, NpyTypes, PY_ARRAY_API, PyArrayObject, get_type_object};
+    // SAFETY: numpy's own constructor over memory `owner` keeps alive (it holds the image the
+    // pixels belong to) for `dims` x `strides`, which stay inside the buffer (checked by
+    // `owner()`); flags 0: not writeable. The descriptor reference is stolen by the call, the
+    // owner's by SetBaseObject; a null result is numpy's error, fetched.
+    unsafe {
+        let descr = PY_ARRAY_API.PyArray_DescrFromType(py, NPY_TYPES::NPY_UBYTE as _);
+        if descr.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            get_type_object(py, NpyTypes::PyArray_Type),
+            descr,
+            3,
+            dims.as_mut_ptr(),
+            strides.as_mut_ptr(),
+            data.cast_mut().cast(),
+            0,
+            std::ptr::null_mut(),
+        );
+        if array.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let array = Bound::from_owned_ptr(py, array);
+        if PY_ARRAY_API.PyArray_SetBaseObject(
+            py,
+            array.as_ptr().cast::<PyArrayObject>(),
+            owner.into_ptr(),
+        ) != 0
+        {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(array)
+    }
 }
 
 /// The layout the Python package's loaders keep unless told otherwise: Pillow's, so that
