@@ -97,6 +97,31 @@ impl Embeddings {
         })
     }
 
+    /// The embedding `get` and `get_or_compute` would return from memory, at once, or `None`
+    /// where they would look further (counted as their memory hit; nothing counted on
+    /// `None`). The Python methods call it first, so a memory hit takes no task and no
+    /// thread hop.
+    #[pyo3(name = "_cached", signature = (key, *, model, scope=None))]
+    fn cached<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        model: &Bound<'py, PyAny>,
+        scope: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let call = Call::parse(py, key, model, scope)?;
+        runtime::check_owner(self.pid)?;
+        let hit = self
+            .loader
+            .embeddings()
+            .cached(&call.input, &call.model, call.scope.as_ref());
+        Outcome(Ok(hit.map(|embedding| Loaded {
+            embedding,
+            source: EmbeddingSource::Memory,
+        })))
+        .into_pyobject(py)
+    }
+
     /// `{"entries", "current_bytes", "capacity_bytes", "inflight"}` of the memory cache now.
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

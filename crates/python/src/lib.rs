@@ -15,6 +15,7 @@
 //! One tokio runtime serves the process; it starts with the first loader. See
 //! `crates/python/README.md` for the behaviour after `fork`.
 
+mod arrow;
 mod dlpack;
 mod embeddings;
 mod errors;

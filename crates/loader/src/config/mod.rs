@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mmcache_decode::{ImageFormats, JpegDecoderChoice};
+use mmcache_decode::{ImageFormats, JpegDecoderChoice, PixelLayout};
 pub use mmcache_disk_cache::DiskCacheConfig;
 pub use mmcache_shared_cache::{LeaseConfig, SharedCacheConfig};
 
@@ -88,6 +88,9 @@ pub struct Config {
     pub jpeg_decoder: JpegDecoderChoice,
     /// Image formats accepted. Default all.
     pub image_formats: ImageFormats,
+    /// How decoded pixels are laid out. Default [`PixelLayout::Rgb`]; the Python package's
+    /// loaders choose [`PixelLayout::Rgbx`].
+    pub pixel_layout: PixelLayout,
     /// Path of libturbojpeg; default: the usual names.
     pub libturbojpeg: Option<PathBuf>,
     /// Bytes all running decodes may hold together. Default 2 GiB.
@@ -134,6 +137,7 @@ impl Default for Config {
             max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
             jpeg_decoder: JpegDecoderChoice::Auto,
             image_formats: ImageFormats::ALL,
+            pixel_layout: PixelLayout::Rgb,
             libturbojpeg: None,
             decode_memory_bytes: DEFAULT_DECODE_MEMORY_BYTES,
             decode_concurrency: default_decode_concurrency(),

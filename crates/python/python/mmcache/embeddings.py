@@ -42,12 +42,19 @@ class Embeddings:
         """The cached embedding of ``key`` under ``model`` (within ``scope`` when session
         scoping is on), else a compute of it in flight (joined), else ``await compute()``.
         ``model`` names everything that changes the embedding (model, revision, processor
-        settings such as ``max_pixels``)."""
+        settings such as ``max_pixels``). A memory hit returns without suspending."""
+        hit = self._native._cached(key, model=model, scope=scope)
+        if hit is not None:
+            return hit
         return await self._native.get_or_compute(key, compute, model=model, scope=scope)
 
     async def get(self, key: str, *, model: str, scope: str | None = None) -> Embedding | None:
         """The cached embedding of ``key`` under ``model``, or ``None``: memory, then the disk
-        and shared tiers when they are on (a tier hit is kept in memory). It never computes."""
+        and shared tiers when they are on (a tier hit is kept in memory). It never computes.
+        A memory hit returns without suspending (no task, no thread hop)."""
+        hit = self._native._cached(key, model=model, scope=scope)
+        if hit is not None:
+            return hit
         return await self._native.get(key, model=model, scope=scope)
 
     @property
