@@ -58,7 +58,8 @@ class SharedCacheStats:
     def dropped(self) -> int: ...
 
 class Embedding:
-    """One cached or computed embedding; exports DLPack 1.0, read-only."""
+    """One cached or computed embedding; its DLPack export is a copy unless ``copy=False``
+    (then the cached bytes, read-only)."""
 
     @property
     def array(self) -> numpy.ndarray: ...
