@@ -8,6 +8,7 @@ use std::time::Duration;
 use mmcache_scope::CacheIdentity;
 
 use crate::client::SharedCache;
+use crate::conn::{SENDS_RELEASE, SENDS_SET};
 use crate::entry::lease_key;
 use crate::metrics::Op;
 
@@ -43,7 +44,7 @@ impl SharedCache {
         let token = lease_token();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run(Op::Lease, key, |mut conn, key| async move {
+            .run(Op::Lease, SENDS_SET, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(token)
@@ -67,7 +68,7 @@ impl SharedCache {
     pub async fn release_lease_key(&self, key: &str, token: u64) {
         const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
         let _ = self
-            .run(Op::Lease, key, |mut conn, key| async move {
+            .run(Op::Lease, SENDS_RELEASE, key, |mut conn, key| async move {
                 redis::cmd("EVAL")
                     .arg(RELEASE)
                     .arg(1)
