@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::breaker;
 use crate::client::{ConnState, SharedCache};
+use crate::commands;
 use crate::denied::{self, DENIED_COOLDOWN, Denial};
 use crate::error::FailureKind;
 use crate::metrics::{Op, SkipReason};
@@ -282,7 +283,7 @@ impl SharedCache {
                     }
                     Ok(Err(e)) if denied::is_denial(&e) => {
                         // Credentials, or discovery's own commands: nothing works until fixed.
-                        let denial = denied::describe(&e, CONNECT_SENDS, None);
+                        let denial = denied::describe(&e, commands::CONNECT, None);
                         denied::log(&denial);
                         st.last_failed_connect = Some(Instant::now());
                         st.denied = Some((inner.config.clock.now(), denial));
@@ -305,23 +306,6 @@ impl SharedCache {
         });
     }
 }
-
-// The commands each operation sends, for `run`: a denial of one holds back every operation
-// that sends it on that key space. A new command goes here, and into the ACL recipe of
-// docs/deployment.md (the ACL tests run that recipe).
-/// A read: `STRLEN` and `GETRANGE`, pipelined.
-pub(crate) const SENDS_READ: &[&str] = &["STRLEN", "GETRANGE"];
-/// A read's length alone.
-pub(crate) const SENDS_STRLEN: &[&str] = &["STRLEN"];
-/// A write (`EX`, `PX`) or a lease (`NX PX`).
-pub(crate) const SENDS_SET: &[&str] = &["SET"];
-/// A delete.
-pub(crate) const SENDS_DEL: &[&str] = &["DEL"];
-/// A lease's compare-and-delete release: `EVAL` of a script that calls `GET` and `DEL`.
-pub(crate) const SENDS_RELEASE: &[&str] = &["EVAL", "GET", "DEL"];
-
-/// What a connect sends after `AUTH`: the client's discovery reads the slot map.
-const CONNECT_SENDS: &[&str] = &["CLUSTER SLOTS"];
 
 /// Why [`SharedCache::connection`] has no connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

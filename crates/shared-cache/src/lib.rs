@@ -53,6 +53,7 @@
 
 mod breaker;
 mod client;
+pub mod commands;
 mod config;
 mod conn;
 mod denied;
