@@ -209,33 +209,39 @@ impl Check<'_> {
     }
 
     fn release(&mut self, key_space: &'static str, released: WriteOutcome, left: bool) {
-        match (released, left) {
-            (WriteOutcome::Success, false) => self.ok(key_space, "release", commands::RELEASE),
-            (WriteOutcome::Success, true) => self.failed(
-                key_space,
-                "release",
-                commands::RELEASE,
-                "the lease is still there",
-            ),
-            _ => self.failed(
-                key_space,
-                "release",
-                commands::RELEASE,
-                "not released (it expires)",
-            ),
-        }
+        let why = "the lease is still there";
+        let step = (
+            "release",
+            commands::RELEASE,
+            why,
+            "not released (it expires)",
+        );
+        self.settled(key_space, step, released, left);
     }
 
     fn delete(&mut self, key_space: &'static str, deleted: WriteOutcome, left: bool) {
-        match (deleted, left) {
-            (WriteOutcome::Success, false) => self.ok(key_space, "delete", commands::DEL),
-            (WriteOutcome::Success, true) => self.failed(
-                key_space,
-                "delete",
-                commands::DEL,
-                "the value is still there",
-            ),
-            _ => self.failed(key_space, "delete", commands::DEL, "not deleted"),
+        let step = (
+            "delete",
+            commands::DEL,
+            "the value is still there",
+            "not deleted",
+        );
+        self.settled(key_space, step, deleted, left);
+    }
+
+    /// A step that removes a key, checked by a read after it: `(name, commands, why when the
+    /// key is left, why when the step failed)`.
+    fn settled(
+        &mut self,
+        key_space: &'static str,
+        (name, commands, left_why, failed_why): (&'static str, &'static [&'static str], &str, &str),
+        outcome: WriteOutcome,
+        left: bool,
+    ) {
+        match (outcome, left) {
+            (WriteOutcome::Success, false) => self.ok(key_space, name, commands),
+            (WriteOutcome::Success, true) => self.failed(key_space, name, commands, left_why),
+            _ => self.failed(key_space, name, commands, failed_why),
         }
     }
 }

@@ -53,6 +53,18 @@ impl Lines {
     }
 }
 
+/// A worker with the default settings but a clock the test moves.
+fn default_worker(url: &str) -> (Loader, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::default());
+    let loader = Loader::builder()
+        .allow_internal(true)
+        .shared_cache_url(url)
+        .shared_cache_clock(clock.clone())
+        .build()
+        .unwrap();
+    (loader, clock)
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_denied_command_is_loud_and_a_fixed_acl_is_noticed_without_a_restart() {
     if !require_redis("a_denied_command_is_loud_and_a_fixed_acl_is_noticed_without_a_restart") {
@@ -66,13 +78,7 @@ async fn a_denied_command_is_loud_and_a_fixed_acl_is_noticed_without_a_restart()
         .unwrap();
     let url = cluster.url_as(&recipe.user, &recipe.password);
     let origin = TestOrigin::start();
-    let clock = Arc::new(ManualClock::default());
-    let loader = Loader::builder()
-        .allow_internal(true)
-        .shared_cache_url(&url)
-        .shared_cache_clock(clock.clone())
-        .build()
-        .unwrap();
+    let (loader, clock) = default_worker(&url);
     let load = |n: usize| {
         let (loader, origin) = (loader.clone(), &origin);
         let path = format!("/{n}.png");
@@ -157,13 +163,7 @@ async fn refused_credentials_are_loud_and_cost_one_connect_per_cooldown() {
     cluster.set_user(&recipe.user, &recipe.rules()).unwrap();
     let url = cluster.url_as(&recipe.user, "an-old-password");
     let origin = TestOrigin::start();
-    let clock = Arc::new(ManualClock::default());
-    let loader = Loader::builder()
-        .allow_internal(true)
-        .shared_cache_url(&url)
-        .shared_cache_clock(clock.clone())
-        .build()
-        .unwrap();
+    let (loader, clock) = default_worker(&url);
     let entry = |path: &str| {
         let bytes = images::png(8, 8, 1);
         let key = entry_key(&CacheIdentity::unscoped(&origin.url(path)));
