@@ -61,7 +61,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         Command::new("cargo")
             .args(["test", "--workspace", "--test", "cluster"])
             .args(["--test", "shared", "--", "--skip", "tls"])
-            .env("MMCACHE_TEST_SERVER", &valkey),
+            .env("MMCACHE_TEST_SERVER", &valkey)
+            // The ACL tests run Dynamo's ImageLoader too.
+            .env("MMCACHE_PYTHON", &python)
+            .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
     python_package(&python, &valkey)?;
     deploy_kit(&python)?;

@@ -324,7 +324,7 @@ impl LoaderBuilder {
         let checked = config.check(&Default::default())?;
         let download_budget = config.download_budget();
         config.complete(&download_budget);
-        let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
+        let write_memory = crate::write_memory::WriteMemory::new(config.write_allowance_bytes());
         let cached = config.shared_enabled || config.disk_enabled();
         if cached && config.max_file_size_bytes > write_memory.capacity() {
             tracing::warn!(

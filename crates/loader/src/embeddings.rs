@@ -48,7 +48,7 @@
 //! # }
 //! ```
 
-mod fleet;
+pub(crate) mod fleet;
 pub mod metrics;
 
 use std::error::Error as StdError;

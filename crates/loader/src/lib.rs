@@ -83,6 +83,7 @@ mod budget;
 mod builder;
 mod config;
 mod data_url;
+pub mod doctor;
 pub mod embeddings;
 mod error;
 mod handle;
@@ -104,7 +105,7 @@ pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
-    SharedCacheConfig, env,
+    MemoryPart, SharedCacheConfig, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
 /// The fuzz entry (fuzz/): a test seam, only with the feature `test-seams`.

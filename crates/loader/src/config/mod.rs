@@ -7,7 +7,8 @@
 //! exists once and each tier crate checks its own fields (its `validate`); `validate.rs`
 //! checks the loader's fields and the rules spanning crates, once for every source;
 //! `tiers.rs` completes the tiers' configurations with what the loader derives; `parse.rs`
-//! holds the text parsers; `env.rs` re-exports the variable names.
+//! holds the text parsers; `env.rs` re-exports the variable names; `memory.rs` sums the
+//! budgets.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use crate::hedge::HedgeSettings;
 #[cfg(test)]
 mod doc_tables;
 pub mod env;
+mod memory;
 mod parse;
 mod settings;
 #[cfg(test)]
@@ -29,6 +31,7 @@ mod tests;
 mod tiers;
 mod validate;
 
+pub use memory::MemoryPart;
 pub use settings::{SETTINGS, Section, Setting};
 pub(crate) use tiers::disk_read_memory;
 pub(crate) use validate::Given;
