@@ -43,7 +43,7 @@ Exit codes:
   0  every load succeeded
   1  at least one load failed (each is still reported)
   2  bad usage or configuration: nothing was loaded
-  10-13  doctor found a problem (see mmcache doctor --help)"
+  10-15  doctor found a problem (see mmcache doctor --help)"
     };
 }
 
@@ -88,7 +88,7 @@ enum Command {
     ))]
     Warm(warm::WarmArgs),
     /// Check the configuration, the JPEG decoder, the shared cache and the disk tier
-    #[command(after_help = doctor::HELP)]
+    #[command(after_help = doctor::help())]
     Doctor,
     /// Print the Redis key and the disk-tier path of a URL's entry
     #[command(after_help = concat!(

@@ -91,7 +91,7 @@ pub fn shared_key(key: &EmbeddingKey) -> String {
     format!("mmcache:emb:v1:{{{}}}", key.to_hex())
 }
 
-fn lease_key(key: &EmbeddingKey) -> String {
+pub(crate) fn lease_key(key: &EmbeddingKey) -> String {
     format!("mmcache:emb:v1:{{{}}}:lease", key.to_hex())
 }
 
