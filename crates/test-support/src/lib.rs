@@ -16,6 +16,7 @@ pub mod alloc;
 pub mod dns;
 pub mod forward;
 pub mod images;
+pub mod manifest;
 pub mod origin;
 pub mod redis;
 mod redis_files;
