@@ -81,3 +81,8 @@ pub use crate::stats::SharedCacheStats;
 #[cfg(any(test, feature = "test-seams"))]
 pub use crate::warn::ManualClock;
 pub use crate::warn::{Clock, SystemClock, WARN_INTERVAL};
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -22,6 +22,19 @@ pub mod redis;
 mod redis_files;
 mod server;
 
+/// The Rust examples of the workspace's own pages, compiled as doctests so they stay true (the
+/// published crates compile their READMEs themselves). `tests/docs.rs` checks that every page
+/// with a Rust example is listed here.
+#[cfg(doctest)]
+pub mod doc_examples {
+    /// README.md.
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    /// docs/embeddings.md.
+    #[doc = include_str!("../../../docs/embeddings.md")]
+    pub struct Embeddings;
+}
+
 /// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing
 /// server is a failure, never a skip.
 pub fn in_ci() -> bool {
