@@ -4,17 +4,21 @@
 
 use std::time::Duration;
 
-use mmcache_loader::{DecodeError, Error, ImageFormats, Loader, OriginError, env};
+use mmcache_loader::{DecodeError, Error, ImageFormats, Loader, LoaderBuilder, OriginError, env};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
 /// A 1x1 GIF: a format Dynamo's loader does not open.
 const GIF: &str = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7";
 
+/// The error of loading `url` with `builder`'s loader.
+async fn refusal(builder: LoaderBuilder, url: &str) -> Error {
+    builder.build().unwrap().load(url, None).await.unwrap_err()
+}
+
 /// `err` names `variable`, in its message and as its setting.
 fn names(err: &Error, variable: &str) {
     let message = err.to_string();
-    eprintln!("{message}");
     assert!(
         message.contains(variable),
         "`{message}` does not name {variable}"
@@ -50,70 +54,34 @@ async fn refusals_name_the_setting_that_changes_them() {
     names(&err, env::ALLOWED_MEDIA_DOMAINS);
 
     let local = || Loader::builder().allow_internal(true);
-    let err = local()
-        .image_formats(ImageFormats::DYNAMO)
-        .build()
-        .unwrap()
-        .load(GIF, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().image_formats(ImageFormats::DYNAMO), GIF).await;
     assert_eq!(err.http_status(), 415, "{err}");
     names(&err, env::IMAGE_FORMATS);
 
-    let err = local()
-        .max_pixels(1000)
-        .build()
-        .unwrap()
-        .load(&cat, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().max_pixels(1000), &cat).await;
     assert!(
         matches!(err, Error::Decode(DecodeError::TooManyPixels { .. })),
         "{err}"
     );
     names(&err, env::MAX_PIXELS);
 
-    let err = local()
-        .max_file_size_bytes(1000)
-        .build()
-        .unwrap()
-        .load(&big, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().max_file_size_bytes(1000), &big).await;
     assert!(
         matches!(err, Error::Origin(OriginError::TooLarge { .. })),
         "{err}"
     );
     names(&err, env::MAX_FILE_SIZE_MB);
-    let err = local()
-        .max_file_size_bytes(10)
-        .build()
-        .unwrap()
-        .load(GIF, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().max_file_size_bytes(10), GIF).await;
     names(&err, env::MAX_FILE_SIZE_MB);
 
-    let err = local()
-        .download_memory_bytes(64 << 10)
-        .build()
-        .unwrap()
-        .load(&big, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().download_memory_bytes(64 << 10), &big).await;
     assert!(
         matches!(err, Error::Origin(OriginError::OverDownloadBudget { .. })),
         "{err}"
     );
     names(&err, env::DOWNLOAD_MEMORY_BYTES);
 
-    let err = local()
-        .decode_memory_bytes(10_000)
-        .build()
-        .unwrap()
-        .load(&cat, None)
-        .await
-        .unwrap_err();
+    let err = refusal(local().decode_memory_bytes(10_000), &cat).await;
     assert!(matches!(err, Error::OverDecodeBudget { .. }), "{err}");
     names(&err, env::DECODE_MEMORY_BYTES);
 }
