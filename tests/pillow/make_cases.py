@@ -2,9 +2,9 @@
 
 Usage: make_cases.py OUT_DIR
 
-For every case it writes OUT_DIR/<name>.<ext> (the encoded file) and OUT_DIR/<name>.rgb
+For every case it writes OUT_DIR/<name>.<ext> (the encoded file), OUT_DIR/<name>.rgb
 (the bytes of Pillow's ``Image.open(f).convert("RGB")``, what Dynamo's Python ImageLoader
-returns), and one line ``<name> <file> <width> <height>`` to OUT_DIR/manifest.txt. The
+returns), OUT_DIR/<name>.rgbx (the same image as Pillow holds it, 4 bytes a pixel), and one line ``<name> <file> <width> <height>`` to OUT_DIR/manifest.txt. The
 first manifest line names the Pillow and libjpeg-turbo versions. Images are made from a
 fixed seed, so every run writes the same files.
 """
@@ -356,6 +356,9 @@ def main(out):
             rgb = Image.open(io.BytesIO(data)).convert("RGB")
             with open(os.path.join(out, f"{name}.rgb"), "wb") as f:
                 f.write(rgb.tobytes())
+            # Pillow's own storage of the RGB image, 4 bytes a pixel, fourth byte included.
+            with open(os.path.join(out, f"{name}.rgbx"), "wb") as f:
+                f.write(rgb.tobytes("raw", "RGBX"))
             manifest.write(f"{name} {name}.{ext} {rgb.width} {rgb.height}\n")
 
 

@@ -43,6 +43,8 @@ CASES = {
     "origin_timeout_secs": (2.5, "2.5"),
     "jpeg_decoder": ("pure-rust", "pure-rust"),
     "image_formats": ("png,webp", "png,webp"),
+    # The Python default is "rgbx": "rgb" changes it.
+    "pixel_layout": ("rgb", "rgb"),
     "libturbojpeg": ("/nonexistent/libturbojpeg.so.0", "/nonexistent/libturbojpeg.so.0"),
     "decode_memory_bytes": (1 << 20, "1048576"),
     "decode_concurrency": (3, "3"),
@@ -78,7 +80,7 @@ def bases(keyword: str) -> tuple[dict, dict]:
 
 
 def test_every_setting_has_a_keyword_with_a_case_here():
-    assert len(_native.SETTINGS) == 45
+    assert len(_native.SETTINGS) == 46
     assert all(v.startswith(("DYN_MM_", "MMCACHE_")) for v in _native.SETTINGS.values())
     assert set(CASES) | SPECIAL == set(_native.SETTINGS)
 

@@ -46,6 +46,18 @@ def test_bundled_libjpeg_turbo_version():
     assert line in text, text
 
 
+def test_python_m_mmcache_doctor_runs_from_the_wheel():
+    # A Python worker's image has no `mmcache` binary: the wheel ships the doctor. Its own
+    # libjpeg-turbo is found (no exit 12) with the system's masked.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYN_MM_")}
+    out = subprocess.run([sys.executable, "-m", "mmcache", "doctor"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "JPEG decoder: libjpeg-turbo" in out.stdout, out.stdout
+    assert "in all, before the runtime" in out.stdout, out.stdout
+    assert "no problems found" in out.stdout, out.stdout
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     out = tmp_path_factory.mktemp("cases")

@@ -13,7 +13,8 @@
 //!   `--scenario outage-hung`); those rows keep FILE's `recorded` note, shown in the table.
 //! - `--note TEXT`: the `recorded` note of that FILE (date, command, machine).
 //! - `--python DIR`: first record DIR's `python.json` and `python.md` (from `cargo xtask bench
-//!   --scenario python --out DIR`), with the note.
+//!   --scenario python --out DIR`), with the note, and merge the JSON's rows (one per case, the
+//!   drop-in against Dynamo) into docs/bench-results.json.
 //! - `--check`: fail when the page or the chart is not what the recorded files give, or when a
 //!   figure of the page's own text (a number with decimals) is in none of the generated blocks
 //!   (the gate runs this).
@@ -94,6 +95,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .as_str()
             .map_or_else(String::new, |r| format!("Recorded run: {r}.\n\n"));
         std::fs::write(PYTHON_MD, format!("{head}{}\n", table.trim_end()))?;
+        // Its rows (the drop-in against Dynamo, case by case) join the main table.
+        let merged = merge_rows(read_json(RESULTS)?, json)?;
+        std::fs::write(RESULTS, serde_json::to_string_pretty(&merged)? + "\n")?;
     }
     if check_only {
         return check();
@@ -227,11 +231,13 @@ pub(crate) fn unsourced(page: &str) -> Vec<String> {
     loose
 }
 
-/// The ratio chart of the recorded rows: one bar per row with a ratio.
+/// The ratio chart of the recorded rows: one bar per row with a cost ratio (the Python rows'
+/// `x loads/s`, where higher is better, are left out).
 fn chart(results: &Value) -> anyhow::Result<String> {
     let rows = results["rows"].as_array().context("no rows")?;
     let bars: Vec<(String, f64)> = rows
         .iter()
+        .filter(|r| !r["ratio_kind"].as_str().unwrap_or("").starts_with("x "))
         .filter_map(|r| {
             let label = format!(
                 "{} ({})",
@@ -283,7 +289,11 @@ fn table(results: &Value) -> anyhow::Result<String> {
                 |x| format!("{x:.3} {}", r["ratio_kind"].as_str().unwrap_or(""))
             ),
             target,
-            met(target, ratio, subject["ops_per_s"].as_f64()),
+            match r["met"].as_bool() {
+                // A row that says whether it met its target (the Python rows) is taken at its word.
+                Some(ok) => word(ok),
+                None => met(target, ratio, subject["ops_per_s"].as_f64()),
+            },
             note.trim(),
         )?;
     }
@@ -295,10 +305,13 @@ fn num(v: &Value, decimals: usize) -> String {
         .map_or_else(|| "-".to_owned(), |x| format!("{x:.decimals$}"))
 }
 
+fn word(ok: bool) -> &'static str {
+    if ok { "yes" } else { "**no**" }
+}
+
 /// Whether a row meets its target: `<= X` and `= X` compare the ratio, `>= NM loads/s` the
 /// subject's rate; "-" when the row has no target.
 fn met(target: &str, ratio: Option<f64>, rate: Option<f64>) -> &'static str {
-    let word = |ok: bool| if ok { "yes" } else { "**no**" };
     let first_number = |s: &str| -> Option<f64> {
         let s = s.trim_start();
         let end = s

@@ -5,7 +5,8 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 use crate::setup::{
-    VENV, dynamo_wheel, ensure_prerequisites, maturin_develop, python_venv, step, valkey_server,
+    VENV, dynamo_wheel, ensure_prerequisites, maturin_develop, python_venv, python_venv_with, step,
+    valkey_server,
 };
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
@@ -60,7 +61,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         Command::new("cargo")
             .args(["test", "--workspace", "--test", "cluster"])
             .args(["--test", "shared", "--", "--skip", "tls"])
-            .env("MMCACHE_TEST_SERVER", &valkey),
+            .env("MMCACHE_TEST_SERVER", &valkey)
+            // The ACL tests run Dynamo's ImageLoader too.
+            .env("MMCACHE_PYTHON", &python)
+            .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
     python_package(&python, &valkey)?;
     deploy_kit(&python)?;
@@ -80,10 +84,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its
-/// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey.
+/// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey,
+/// and the PIL tests once more on the oldest Pillow the package supports.
 fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     maturin_develop(VENV, false)?;
-    let pytest = |extra: &[&str]| {
+    let pytest = |python: &str, extra: &[&str]| {
         let mut cmd = Command::new(python);
         cmd.args([
             "-m",
@@ -99,12 +104,26 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
         .args(extra);
         cmd
     };
-    step("pytest tests/python", &mut pytest(&["tests/python"]))?;
+    step(
+        "pytest tests/python",
+        &mut pytest(python, &["tests/python"]),
+    )?;
     step(
         "pytest tests/python/test_loader.py on Valkey",
-        pytest(&["tests/python/test_loader.py"]).env("MMCACHE_TEST_SERVER", valkey),
+        pytest(python, &["tests/python/test_loader.py"]).env("MMCACHE_TEST_SERVER", valkey),
+    )?;
+    // The same extension (maturin develop left it in crates/python/python) under the oldest
+    // Pillow: Image.fromarrow and read-only images behave as the PIL tests expect there too.
+    let oldest = python_venv_with(PILLOW_OLDEST_VENV, PILLOW_OLDEST)?;
+    step(
+        "pytest tests/python/test_pil.py on the oldest supported Pillow",
+        pytest(&oldest, &["tests/python/test_pil.py"]).env("PYTHONPATH", "crates/python/python"),
     )
 }
+
+/// A venv of the oldest Pillow the package supports (pyproject.toml), for the PIL tests.
+const PILLOW_OLDEST_VENV: &str = "target/venv-pillow-oldest";
+const PILLOW_OLDEST: &str = "tests/python/requirements-pillow-oldest.txt";
 
 /// The operator's kit in deploy/, checked by the linters operators would run: promtool for the
 /// alert rules, yamllint for every YAML file, and kubernetes-validate (the Kubernetes API's own

@@ -121,6 +121,12 @@ pub(crate) fn valkey_server(python: &str) -> anyhow::Result<String> {
 /// Creates the virtual environment `venv` when missing and installs tests/requirements.txt
 /// into it (pip skips what is already there). Returns the venv's interpreter.
 pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
+    python_venv_with(venv, "tests/requirements.txt")
+}
+
+/// The interpreter of the venv `venv` holding the packages of `requirements`, made on first
+/// use; an absolute path.
+pub(crate) fn python_venv_with(venv: &str, requirements: &str) -> anyhow::Result<String> {
     let python = format!("{venv}/bin/python");
     if !std::path::Path::new(&python).exists() {
         step(
@@ -128,7 +134,7 @@ pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
             Command::new("python3").args(["-m", "venv", venv]),
         )?;
     }
-    pip_install(&python, "tests/requirements.txt")?;
+    pip_install(&python, requirements)?;
     // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
     Ok(std::env::current_dir()?.join(python).display().to_string())
 }

@@ -64,7 +64,7 @@ macro_rules! scope_help {
     "  0  success\n",
     "  1  load: a load failed; warm: a load or a cache write failed; key: no cache key\n",
     "  2  bad usage or configuration: nothing was done\n",
-    "  10-13  doctor found a problem (see mmcache doctor --help)"
+    "  10-15  doctor found a problem (see mmcache doctor --help)"
 ))]
 struct Cli {
     #[command(subcommand)]
@@ -105,7 +105,7 @@ enum Command {
     ))]
     Warm(warm::WarmArgs),
     /// Check the configuration, the JPEG decoder, the shared cache and the disk tier
-    #[command(after_help = doctor::HELP)]
+    #[command(after_help = doctor::help())]
     Doctor,
     /// Print the Redis key and the disk-tier path of a URL's entry
     #[command(after_help = concat!(

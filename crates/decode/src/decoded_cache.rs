@@ -9,16 +9,17 @@ use quick_cache::sync::Cache;
 use crate::cache::{
     CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Key, Sizing, WeightedCache, identity_key,
 };
-use crate::{DEFAULT_MAX_PIXELS, DecodedImage};
+use crate::{DEFAULT_MAX_PIXELS, DecodedImage, PixelLayout};
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).
 pub const DEFAULT_DECODED_CACHE_BYTES: u64 = 1 << 30;
 
 /// Decoded images: a typical 300 x 300 RGB image is 264 KiB; the largest is an image at the
-/// default pixel limit (300 MB).
+/// default pixel limit in the widest layout (400 MB).
 const DECODED_SIZING: Sizing = Sizing {
     typical_entry: 256 << 10,
-    largest_entry: DEFAULT_MAX_PIXELS * 3 + ENTRY_OVERHEAD_BYTES,
+    largest_entry: DEFAULT_MAX_PIXELS * PixelLayout::MAX_BYTES_PER_PIXEL as u64
+        + ENTRY_OVERHEAD_BYTES,
 };
 
 /// The worker's decoded-image cache: `Arc<DecodedImage>` values, weighed in bytes.
@@ -74,7 +75,7 @@ impl DecodedCache {
         );
         let sizing = Sizing {
             largest_entry: max_pixels
-                .saturating_mul(3)
+                .saturating_mul(PixelLayout::MAX_BYTES_PER_PIXEL as u64)
                 .saturating_add(ENTRY_OVERHEAD_BYTES),
             ..DECODED_SIZING
         };

@@ -81,6 +81,19 @@ pub enum TensorError {
         /// Its dtype name.
         dtype: &'static str,
     },
+    /// Elements of `dtype` are not as wide as the storage given for them (an f32 tensor from
+    /// `u16` bits): its typed views would be misaligned.
+    #[error(
+        "{dtype} elements are {element_size} bytes; storage of {storage_size}-byte elements cannot hold them"
+    )]
+    DTypeWidth {
+        /// The dtype name.
+        dtype: &'static str,
+        /// Its element size in bytes.
+        element_size: usize,
+        /// The storage's element size in bytes.
+        storage_size: usize,
+    },
     /// The metadata is over [`MAX_EMBEDDING_METADATA_BYTES`].
     #[error("embedding metadata of {len} bytes is over the {max}-byte cap")]
     MetadataTooLarge {
@@ -196,13 +209,20 @@ impl Embedding {
     ///
     /// # Errors
     ///
-    /// [`TensorError`] when the shape does not describe `data`, or `dtype` is not 2 bytes wide
-    /// (reported as a shape mismatch).
+    /// [`TensorError::DTypeWidth`] when `dtype` is not 2 bytes wide; [`TensorError`] when the
+    /// shape does not describe `data`.
     pub fn from_u16_bits(
         dtype: DType,
         shape: Vec<usize>,
         data: Vec<u16>,
     ) -> Result<Self, TensorError> {
+        if dtype.element_size() != 2 {
+            return Err(TensorError::DTypeWidth {
+                dtype: dtype.as_str(),
+                element_size: dtype.element_size(),
+                storage_size: 2,
+            });
+        }
         Self::checked(dtype, shape, Storage::U16(data))
     }
 
@@ -435,8 +455,6 @@ mod tests {
         );
         let e = Embedding::from_u16_bits(DType::BF16, vec![usize::MAX, 2], vec![]).unwrap_err();
         assert!(matches!(e, TensorError::ShapeOverflow { .. }), "{e}");
-        // f32 is 4 bytes: u16 storage for it must describe 2x the elements.
-        assert!(Embedding::from_u16_bits(DType::F32, vec![2], vec![0; 2]).is_err());
         let e = Embedding::from_bytes(DType::F16, vec![3], &[0; 5]).unwrap_err();
         assert!(matches!(e, TensorError::ShapeMismatch { .. }));
         let ok = Embedding::from_f32(vec![1], vec![1.0]).unwrap();
@@ -473,6 +491,26 @@ mod tests {
         );
         assert_eq!(h.as_f32(), None);
         assert_eq!(DType::BF16.element_size(), 2);
+    }
+
+    #[test]
+    fn u16_bits_refuse_a_dtype_that_is_not_two_bytes() {
+        // Two u16s are the 4 bytes one f32 needs, so only the dtype check refuses them: an F32
+        // embedding over u16 storage would be 2-byte aligned under a 4-byte typed view.
+        let e = Embedding::from_u16_bits(DType::F32, vec![1], vec![0; 2]).unwrap_err();
+        assert_eq!(
+            e,
+            TensorError::DTypeWidth {
+                dtype: "float32",
+                element_size: 4,
+                storage_size: 2,
+            },
+            "{e}"
+        );
+        assert!(e.to_string().contains("float32"), "{e}");
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(Embedding::from_u16_bits(dtype, vec![2], vec![0; 2]).is_ok());
+        }
     }
 
     #[test]

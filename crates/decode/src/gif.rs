@@ -49,9 +49,10 @@ pub(crate) struct GifHeader {
 }
 
 impl GifHeader {
-    /// Peak bytes of the decode: the RGB8 output, the frame's indices, metadata, LZW tables.
-    pub(crate) fn decode_bytes(&self) -> u64 {
-        u64::from(self.width) * u64::from(self.height) * 3
+    /// Peak bytes of the decode: the output (`bpp` bytes a pixel), the frame's indices,
+    /// metadata, LZW tables.
+    pub(crate) fn decode_bytes(&self, bpp: u64) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * bpp
             + self.frame_pixels
             + METADATA_LIMIT
             + (1 << 20)
@@ -137,8 +138,9 @@ fn most_lzw_pixels(len: u64) -> u64 {
     (codes.saturating_mul(codes.saturating_add(1)) / 2).min(codes.saturating_mul(4096))
 }
 
-/// Decodes the first frame onto its canvas, as RGB8.
-pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Error> {
+/// Decodes the first frame onto its canvas, as RGB8 in `bpp` bytes a pixel (a fourth byte
+/// of 255 when `bpp` is 4).
+pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader, bpp: usize) -> Result<Vec<u8>, Error> {
     let mut decoder = open(bytes)?;
     let frame = decoder
         .next_frame_info()
@@ -160,7 +162,7 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Er
     }
     let output_len = width
         .checked_mul(height)
-        .and_then(|n| n.checked_mul(3))
+        .and_then(|n| n.checked_mul(bpp))
         .ok_or(Error::LimitExceeded)?;
 
     let mut indices = Vec::new();
@@ -175,15 +177,16 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader) -> Result<Vec<u8>, Er
     let mut out = Vec::new();
     out.try_reserve_exact(output_len)
         .map_err(|_| Error::LimitExceeded)?;
-    let background = colours.rgb(fill);
+    let [r, g, b] = colours.rgb(fill);
+    let background = [r, g, b, 255];
     for _ in 0..width * height {
-        out.extend_from_slice(&background);
+        out.extend_from_slice(&background[..bpp]);
     }
     // The canvas holds the frame (checked above), so these slices are in bounds.
     for (y, row) in indices.chunks_exact(fw).enumerate() {
-        let start = ((top + y) * width + left) * 3;
-        for (px, &index) in out[start..start + fw * 3].chunks_exact_mut(3).zip(row) {
-            px.copy_from_slice(&colours.rgb(index));
+        let start = ((top + y) * width + left) * bpp;
+        for (px, &index) in out[start..start + fw * bpp].chunks_exact_mut(bpp).zip(row) {
+            px[..3].copy_from_slice(&colours.rgb(index));
         }
     }
     Ok(out)

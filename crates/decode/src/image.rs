@@ -9,6 +9,7 @@ use mmcache_scope::ContentKey;
 use crate::error::{Error, Result};
 use crate::format::{ImageFormat, ImageFormats, refusal, sniff};
 use crate::jpeg_choice::JpegDecoder;
+use crate::layout::{self, PixelLayout};
 use crate::{gif, jpeg, png, turbo, webp};
 
 /// Default pixel limit: 100 megapixels.
@@ -24,6 +25,8 @@ pub struct DecodeLimits {
     pub jpeg: JpegDecoder,
     /// The formats accepted. Default [`ImageFormats::ALL`].
     pub formats: ImageFormats,
+    /// How the decoded pixels are laid out. Default [`PixelLayout::Rgb`].
+    pub layout: PixelLayout,
 }
 
 impl Default for DecodeLimits {
@@ -36,6 +39,7 @@ impl Default for DecodeLimits {
                 JpegDecoder::PureRust
             },
             formats: ImageFormats::ALL,
+            layout: PixelLayout::Rgb,
         }
     }
 }
@@ -57,6 +61,11 @@ impl DecodeLimits {
     /// These limits accepting only `formats`.
     pub fn with_formats(self, formats: ImageFormats) -> Self {
         Self { formats, ..self }
+    }
+
+    /// These limits decoding to `layout`.
+    pub fn with_layout(self, layout: PixelLayout) -> Self {
+        Self { layout, ..self }
     }
 }
 
@@ -138,15 +147,16 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
     if let Some(reason) = unbacked {
         return Err(invalid(reason));
     }
+    let bpp = limits.layout.bytes_per_pixel() as u64;
     let memory_bytes = match headers {
-        Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => h.decode_bytes(),
-        Headers::Png(h) => h.decode_bytes(),
-        Headers::Gif(h) => h.decode_bytes(),
+        Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => h.decode_bytes(bpp),
+        Headers::Png(h) => h.decode_bytes(bpp),
+        Headers::Gif(h) => h.decode_bytes(bpp),
         // `image` decodes to its own buffer (up to 4 bytes a pixel, 2 more a sample for a
-        // progressive JPEG's coefficients), then converts to RGB8.
-        Headers::Jpeg(h) => pixels * (7 + 2 * u64::from(h.components)) + (1 << 20),
+        // progressive JPEG's coefficients), then converts to the layout's `bpp` bytes.
+        Headers::Jpeg(h) => pixels * (4 + bpp + 2 * u64::from(h.components)) + (1 << 20),
         // WebP; plus a copy of the file when its first frame's blend bit is cleared.
-        Headers::Other => pixels * 7 + (1 << 20) + bytes.len() as u64,
+        Headers::Other => pixels * (4 + bpp) + (1 << 20) + bytes.len() as u64,
     };
     Ok(Probe {
         format,
@@ -158,15 +168,17 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
         headers,
     })
 }
-/// A decoded RGB8 image: `width * height * 3` bytes, row-major, no padding.
+/// A decoded image: Pillow's RGB pixels, row-major, no padding, in the [`PixelLayout`] its
+/// loader chose (`width * height * 3` bytes by default, `* 4` with [`PixelLayout::Rgbx`]).
 ///
-/// Two images are equal when their size, format and pixels are (whichever bytes they came
-/// from, whether their vLLM hash was computed yet).
+/// Two images are equal when their size, format, layout and pixels are (whichever bytes they
+/// came from, whether their vLLM hash was computed yet).
 #[derive(Clone)]
 pub struct DecodedImage {
     width: u32,
     height: u32,
     format: ImageFormat,
+    layout: PixelLayout,
     content_key: ContentKey,
     /// vLLM's hash of these pixels, computed on first use.
     vllm_hash: OnceLock<[u8; 32]>,
@@ -175,7 +187,8 @@ pub struct DecodedImage {
 
 impl PartialEq for DecodedImage {
     fn eq(&self, other: &Self) -> bool {
-        (self.width, self.height, self.format) == (other.width, other.height, other.format)
+        (self.width, self.height, self.format, self.layout)
+            == (other.width, other.height, other.format, other.layout)
             && self.pixels == other.pixels
     }
 }
@@ -188,6 +201,7 @@ impl std::fmt::Debug for DecodedImage {
             .field("width", &self.width)
             .field("height", &self.height)
             .field("format", &self.format)
+            .field("layout", &self.layout)
             .field("content_key", &self.content_key)
             .finish_non_exhaustive()
     }
@@ -216,17 +230,37 @@ impl DecodedImage {
     }
 
     /// vLLM's `MultiModalHasher.hash_kwargs("blake3", image=img)` for the PIL RGB image of
-    /// these pixels (vLLM 0.33.0; it hashes pixels, mode and shape, not bytes). Computed on
-    /// the first call (a pass over the pixels) and memoised; never on the load's path.
+    /// these pixels (vLLM 0.33.0; it hashes pixels, mode and shape, not bytes; the same in
+    /// every layout). Computed on the first call (a pass over the pixels) and memoised; never
+    /// on the load's path.
     pub fn vllm_hash(&self) -> [u8; 32] {
-        *self
-            .vllm_hash
-            .get_or_init(|| crate::vllm::hash(self.width, self.height, &self.pixels))
+        *self.vllm_hash.get_or_init(|| {
+            crate::vllm::hash(
+                self.width,
+                self.height,
+                &self.pixels,
+                self.layout.bytes_per_pixel(),
+            )
+        })
     }
 
-    /// The RGB8 pixels, borrowed (no copy).
+    /// How [`pixels`](Self::pixels) are laid out: [`PixelLayout::Rgb`] unless the loader chose
+    /// another layout.
+    pub fn layout(&self) -> PixelLayout {
+        self.layout
+    }
+
+    /// The pixels, borrowed (no copy), in [`layout`](Self::layout): RGB8, `width * height * 3`
+    /// bytes, with the default layout; R, G, B and Pillow's fourth byte (`* 4`) with
+    /// [`PixelLayout::Rgbx`].
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
+    }
+
+    /// The RGB8 pixels, `width * height * 3` bytes: borrowed in the default layout, a copy
+    /// without the fourth bytes in [`PixelLayout::Rgbx`].
+    pub fn rgb(&self) -> std::borrow::Cow<'_, [u8]> {
+        layout::to_rgb(&self.pixels, self.layout)
     }
 
     /// Size of the pixel buffer in bytes.
@@ -242,13 +276,14 @@ impl DecodedImage {
             width,
             height,
             format: ImageFormat::Png,
+            layout: PixelLayout::Rgb,
             content_key: ContentKey::of(bytes),
             vllm_hash: OnceLock::new(),
             pixels: vec![0; width as usize * height as usize * 3],
         }
     }
 
-    /// Takes the pixel buffer.
+    /// Takes the pixel buffer (in [`layout`](Self::layout)).
     pub fn into_pixels(self) -> Vec<u8> {
         self.pixels
     }
@@ -260,7 +295,8 @@ impl From<&DecodedImage> for ContentKey {
     }
 }
 
-/// Sniffs, checks the headers against `limits` ([`probe`]), then decodes to RGB8.
+/// Sniffs, checks the headers against `limits` ([`probe`]), then decodes to RGB8 (in the
+/// limits' [`PixelLayout`]).
 ///
 /// # Errors
 ///
@@ -272,8 +308,8 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedImage> {
     decode_probed(bytes, &probe, limits)
 }
 
-/// Decodes `bytes` that [`probe`] accepted (with the same `limits`) to RGB8: the pixels of
-/// Pillow's `Image.open(b).convert("RGB")`.
+/// Decodes `bytes` that [`probe`] accepted (with the same `limits`) to the pixels of Pillow's
+/// `Image.open(b).convert("RGB")`, in the limits' [`PixelLayout`].
 ///
 /// # Errors
 ///
@@ -281,13 +317,14 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedImage> {
 pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Result<DecodedImage> {
     let format = probe.format;
     let invalid = |reason: String| refusal(format, reason);
+    let bpp = limits.layout.bytes_per_pixel();
     let pixels = match probe.headers {
         Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => {
             let turbo = turbo::active().ok_or_else(|| {
                 Error::JpegDecoderUnavailable("libjpeg-turbo is not loaded".into())
             })?;
             turbo
-                .decode_rgb(bytes, probe.width, probe.height, h.components == 4)
+                .decode_rgb(bytes, probe.width, probe.height, h.components == 4, bpp)
                 .map_err(|e| match e {
                     turbo::TurboError::Truncated(m) => invalid(format!("truncated: {m}")),
                     turbo::TurboError::Invalid(m) => invalid(m),
@@ -295,13 +332,14 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
                     turbo::TurboError::Unsupported(m) => invalid(format!("unsupported: {m}")),
                 })?
         }
-        Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes)?,
-        Headers::Gif(h) => gif::decode_rgb(bytes, &h)?,
-        _ => decode_with_image(bytes, probe)?,
+        Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes, bpp)?,
+        Headers::Gif(h) => gif::decode_rgb(bytes, &h, bpp)?,
+        _ => layout::rgb_into(decode_with_image(bytes, probe)?, limits.layout),
     };
     // The size comes from the probe; a decoder that read other dimensions (a second SOF)
     // must not yield an image whose pixels do not match it.
-    if Some(pixels.len() as u64) != u64::from(probe.width).checked_mul(u64::from(probe.height) * 3)
+    if Some(pixels.len() as u64)
+        != u64::from(probe.width).checked_mul(u64::from(probe.height) * bpp as u64)
     {
         return Err(Error::Invalid {
             format: format.as_str(),
@@ -317,6 +355,7 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
         width: probe.width,
         height: probe.height,
         format,
+        layout: limits.layout,
         content_key: probe.content_key,
         vllm_hash: OnceLock::new(),
         pixels,

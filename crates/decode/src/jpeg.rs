@@ -22,11 +22,12 @@ pub(crate) struct JpegHeader {
 }
 
 impl JpegHeader {
-    /// Bytes the libjpeg-turbo path holds at its peak: the output (4 bytes a pixel for CMYK,
-    /// converted in place), a progressive file's coefficients (64 × i16 a block), row buffers.
-    pub(crate) fn decode_bytes(&self) -> u64 {
+    /// Bytes the libjpeg-turbo path holds at its peak: the output (`bpp` bytes a pixel, 4 for
+    /// CMYK, converted in place), a progressive file's coefficients (64 × i16 a block), row
+    /// buffers.
+    pub(crate) fn decode_bytes(&self, bpp: u64) -> u64 {
         let pixels = u64::from(self.width) * u64::from(self.height);
-        let out = pixels * if self.components == 4 { 4 } else { 3 };
+        let out = pixels * if self.components == 4 { 4 } else { bpp };
         let coefficients = if self.buffered {
             self.padded_blocks * 128
         } else {

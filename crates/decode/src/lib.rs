@@ -1,7 +1,8 @@
 //! Image decoding with hard limits, and the byte-weighted caches that keep decoded results.
 //!
 //! - [`decode`] sniffs JPEG, PNG, WebP or GIF from the bytes (never from a URL) and returns
-//!   the RGB8 pixels of Pillow's `Image.open(b).convert("RGB")`, byte for byte: JPEG through
+//!   the RGB8 pixels of Pillow's `Image.open(b).convert("RGB")`, byte for byte (3 bytes a
+//!   pixel, or 4 as Pillow itself stores RGB: [`PixelLayout`]): JPEG through
 //!   libjpeg-turbo (loaded at run time, see [`select_jpeg_decoder`]; a pure-Rust decoder
 //!   otherwise), PNG row by row, GIF's first frame composed as Pillow composes it, WebP
 //!   through `image`.
@@ -57,8 +58,9 @@
 //! - The budget bounds the sum of weights. It is split evenly between the shards, each of which
 //!   keeps its share, so a value heavier than the whole budget is never stored; nor is one
 //!   heavier than 97% of a shard's share, which is why the decoded cache uses no more shards
-//!   than keep an image at the default [`DEFAULT_MAX_PIXELS`] admissible (a 1 GiB budget has
-//!   two shards of 512 MiB; a budget under about 620 MB has one).
+//!   than keep an image at the default [`DEFAULT_MAX_PIXELS`] admissible in either
+//!   [`PixelLayout`] (a 1 GiB budget has two shards of 512 MiB; a budget under about 825 MB
+//!   has one).
 //! - The entry cap (`max_entries`) is held exactly by charging every entry at least
 //!   `budget / (max_entries + 1) + 1` bytes against the budget: `max_entries + 1` entries would
 //!   then weigh more than the budget. Only the budget check sees that charge; the stats and
@@ -76,6 +78,7 @@ mod gif;
 mod image;
 mod jpeg;
 mod jpeg_choice;
+mod layout;
 pub mod metrics;
 mod png;
 mod turbo;
@@ -100,14 +103,16 @@ pub use crate::image::{
     DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, Probe, decode, decode_probed, probe,
 };
 pub use crate::jpeg_choice::{JpegDecoder, JpegDecoderChoice, JpegSelection, select_jpeg_decoder};
+pub use crate::layout::PixelLayout;
 
 /// The modules' layering: the codecs and the shared types below never import the entry
 /// points (`image.rs`) or the caches, so `image.rs` only calls down.
 #[cfg(test)]
 mod layering {
     /// The sources below `image.rs`: none may name it, the caches, or the entry points.
-    const BELOW: [(&str, &str); 9] = [
+    const BELOW: [(&str, &str); 10] = [
         ("format.rs", include_str!("format.rs")),
+        ("layout.rs", include_str!("layout.rs")),
         ("jpeg_choice.rs", include_str!("jpeg_choice.rs")),
         ("error.rs", include_str!("error.rs")),
         ("gif.rs", include_str!("gif.rs")),

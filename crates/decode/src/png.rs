@@ -11,6 +11,7 @@ use png::{BitDepth, ColorType, Transformations};
 
 use crate::error::Error;
 use crate::format::{ImageFormat, refusal};
+use crate::layout::put_rgb;
 
 /// What the chunks of a PNG say, before decoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,10 +21,11 @@ pub(crate) struct PngHeader {
 }
 
 impl PngHeader {
-    /// Peak bytes of the decode: the RGB8 output plus row buffers and the inflater's window.
-    pub(crate) fn decode_bytes(&self) -> u64 {
+    /// Peak bytes of the decode: the output (`bpp` bytes a pixel) plus row buffers and the
+    /// inflater's window.
+    pub(crate) fn decode_bytes(&self, bpp: u64) -> u64 {
         let pixels = u64::from(self.width) * u64::from(self.height);
-        pixels * 3 + u64::from(self.width) * 8 * 4 + (1 << 20)
+        pixels * bpp + u64::from(self.width) * 8 * 4 + (1 << 20)
     }
 }
 
@@ -96,7 +98,13 @@ pub(crate) fn inspect(bytes: &[u8]) -> Result<(PngHeader, Option<String>), Strin
 /// Decodes to RGB8 as Pillow's `Image.open(b).convert("RGB")` does: palettes and low bit
 /// depths expanded, alpha dropped (never composited), 16-bit samples reduced as Pillow reads
 /// them (the high byte for RGB, RGBA and grey+alpha; grey is clipped at 255, Pillow's `I;16`).
-pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Result<Vec<u8>, Error> {
+/// `bpp` bytes a pixel: 3, or 4 with a fourth byte of 255.
+pub(crate) fn decode_rgb(
+    bytes: &[u8],
+    header: &PngHeader,
+    memory: u64,
+    bpp: usize,
+) -> Result<Vec<u8>, Error> {
     let failed = |e: png::DecodingError| match e {
         png::DecodingError::LimitsExceeded => Error::LimitExceeded,
         other => refusal(ImageFormat::Png, other.to_string()),
@@ -120,43 +128,69 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
     // Pillow opens 16-bit grey as I;16 and converts it to RGB by clipping; tRNS may have
     // added an alpha channel to it, which is dropped like any other.
     let grey16_clip = source_color == ColorType::Grayscale && sample == 2;
-    // One loop per layout, chosen once: the common 8-bit RGB row is a plain copy.
+    // Pillow opens 8-bit grey+alpha as `LA`, whose conversion to `RGB` keeps the alpha in the
+    // fourth byte it holds (`la2rgb`); every other conversion (16-bit grey+alpha is opened
+    // as `RGBA`) writes 255 there.
+    let keeps_alpha = bpp == 4 && source_color == ColorType::GrayscaleAlpha && sample == 1;
+    // One loop per source layout, chosen once: the common 8-bit RGB row is a plain copy. Each
+    // writes the first 3 bytes of each `bpp`-byte output pixel; a fourth is already 255.
     let convert = |row: &[u8], out: &mut [u8]| match (channels, sample) {
-        (3, 1) => out.copy_from_slice(&row[..out.len()]),
+        (3, 1) => put_rgb(row, out, bpp),
         (4, 1) => {
-            for (px, rgb) in row.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
-                rgb.copy_from_slice(&px[..3]);
+            for (px, rgb) in row.chunks_exact(4).zip(out.chunks_exact_mut(bpp)) {
+                rgb[..3].copy_from_slice(&px[..3]);
             }
         }
         (1 | 2, 1) => {
-            for (px, rgb) in row.chunks_exact(channels).zip(out.chunks_exact_mut(3)) {
-                rgb.fill(px[0]);
+            for (px, rgb) in row.chunks_exact(channels).zip(out.chunks_exact_mut(bpp)) {
+                rgb[..3].fill(px[0]);
+            }
+            if keeps_alpha {
+                for (px, rgb) in row.chunks_exact(2).zip(out.chunks_exact_mut(4)) {
+                    rgb[3] = px[1];
+                }
             }
         }
         (1 | 2, _) if grey16_clip => {
-            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
-                rgb.fill(if px[0] == 0 { px[1] } else { 255 });
+            for (px, rgb) in row
+                .chunks_exact(channels * 2)
+                .zip(out.chunks_exact_mut(bpp))
+            {
+                rgb[..3].fill(if px[0] == 0 { px[1] } else { 255 });
             }
         }
         (1 | 2, _) => {
-            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
-                rgb.fill(px[0]); // the high byte
+            for (px, rgb) in row
+                .chunks_exact(channels * 2)
+                .zip(out.chunks_exact_mut(bpp))
+            {
+                rgb[..3].fill(px[0]); // the high byte
             }
         }
         _ => {
-            for (px, rgb) in row.chunks_exact(channels * 2).zip(out.chunks_exact_mut(3)) {
-                rgb.copy_from_slice(&[px[0], px[2], px[4]]);
+            for (px, rgb) in row
+                .chunks_exact(channels * 2)
+                .zip(out.chunks_exact_mut(bpp))
+            {
+                rgb[..3].copy_from_slice(&[px[0], px[2], px[4]]);
             }
         }
     };
-    let mut out = vec![0u8; width * height * 3];
+    let line_len = width * bpp;
+    let mut out = vec![if bpp == 4 { 255 } else { 0 }; line_len * height];
     if (channels, sample) == (3, 1) && !reader.info().interlaced {
-        // 8-bit RGB, the common case: rows land in the output as they are.
-        for line in out.chunks_exact_mut(width * 3) {
+        // 8-bit RGB, the common case: rows land in the output as they are (through one row
+        // buffer when the output has a fourth byte).
+        let mut row = vec![0u8; if bpp == 3 { 0 } else { width * 3 }];
+        for line in out.chunks_exact_mut(line_len) {
+            let into = if bpp == 3 { &mut *line } else { &mut row[..] };
             reader
-                .read_row(line)
+                .read_row(into)
                 .map_err(failed)?
                 .ok_or_else(|| refusal(ImageFormat::Png, "truncated: fewer rows".into()))?;
+            if bpp != 3 {
+                put_rgb(&row, line, bpp);
+            }
         }
         return Ok(out);
     }
@@ -166,16 +200,16 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &PngHeader, memory: u64) -> Resul
         match row.interlace() {
             png::InterlaceInfo::Null(_) => {
                 let line = out
-                    .get_mut(y * width * 3..(y + 1) * width * 3)
+                    .get_mut(y * line_len..(y + 1) * line_len)
                     .ok_or_else(|| refusal(ImageFormat::Png, "more rows than declared".into()))?;
                 convert(row.data(), line);
                 y += 1;
             }
             png::InterlaceInfo::Adam7(info) => {
                 let n = row.data().len() / (channels * sample);
-                pass_rgb.resize(n * 3, 0);
+                pass_rgb.resize(n * bpp, 255);
                 convert(row.data(), &mut pass_rgb);
-                png::expand_interlaced_row(&mut out, width * 3, &pass_rgb, info, 24);
+                png::expand_interlaced_row(&mut out, line_len, &pass_rgb, info, bpp as u8 * 8);
             }
         }
     }

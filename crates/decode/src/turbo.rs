@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 type Handle = *mut c_void;
 
 const TJPF_RGB: c_int = 0;
+const TJPF_RGBX: c_int = 2;
 const TJPF_CMYK: c_int = 11;
 const TJERR_WARNING: c_int = 0;
 /// Refuse files with more than 500 scans (a CPU bomb; real files have ~10). Releases before
@@ -223,7 +224,8 @@ impl Turbo {
     }
 
     /// Decodes `bytes` (already inspected: `width` x `height`, four components when `cmyk`)
-    /// to RGB8 as Pillow's
+    /// to RGB8 in `bpp` bytes a pixel (3, or 4 with a fourth byte of 255: libjpeg-turbo's
+    /// RGBX, as Pillow's own decode writes its RGB images) as Pillow's
     /// `Image.open(b).convert("RGB")` does: YCbCr, RGB and grey through libjpeg-turbo's own
     /// conversion; CMYK and YCCK as libjpeg-turbo's CMYK, read Adobe-inverted and converted
     /// with Pillow's formula.
@@ -233,6 +235,7 @@ impl Turbo {
         width: u32,
         height: u32,
         cmyk: bool,
+        bpp: usize,
     ) -> Result<Vec<u8>, TurboError> {
         let size = c_ulong::try_from(bytes.len())
             .map_err(|_| TurboError::Invalid("file too large".into()))?;
@@ -250,13 +253,17 @@ impl Turbo {
         // tjDecompressHeader3: libjpeg-turbo 2.x refuses files whose sampling it cannot name
         // (4:1:0, 1x4, ...), which decode fine.
         let (w, h) = (width as c_int, height as c_int);
-        let channels: usize = if cmyk { 4 } else { 3 };
+        let channels: usize = if cmyk { 4 } else { bpp };
         let pixels = width as usize * height as usize;
         let pitch = width as usize * channels;
         // Zeroed, so that even a file libjpeg read as smaller than the probe did could not
         // expose uninitialised memory.
         let mut out = vec![0u8; pixels * channels];
-        let format = if cmyk { TJPF_CMYK } else { TJPF_RGB };
+        let format = match (cmyk, bpp) {
+            (true, _) => TJPF_CMYK,
+            (false, 4) => TJPF_RGBX,
+            (false, _) => TJPF_RGB,
+        };
         // SAFETY: `out` holds exactly pitch * height bytes; tjDecompress2 writes at most that
         // for this width, pitch, height and pixel format (it scales a larger image down to fit).
         let rc = unsafe {
@@ -286,15 +293,16 @@ impl Turbo {
             }
         }
         if cmyk {
-            cmyk_to_rgb_in_place(&mut out);
+            cmyk_to_rgb_in_place(&mut out, bpp);
         }
         Ok(out)
     }
 }
 
 /// Pillow's CMYK JPEG path: the samples are read Adobe-inverted (`CMYK;I`), then converted with
-/// `cmyk2rgb`: `nk = 255 - k; out = clip(nk - muldiv255(c, nk))`. Works in place, 4 → 3 bytes.
-fn cmyk_to_rgb_in_place(buf: &mut Vec<u8>) {
+/// `cmyk2rgb`: `nk = 255 - k; out = clip(nk - muldiv255(c, nk))`. Works in place, 4 → `bpp`
+/// bytes (the fourth, when `bpp` is 4, set to 255).
+fn cmyk_to_rgb_in_place(buf: &mut Vec<u8>, bpp: usize) {
     fn muldiv255(a: i32, b: i32) -> i32 {
         let t = a * b + 128;
         ((t >> 8) + t) >> 8
@@ -308,13 +316,18 @@ fn cmyk_to_rgb_in_place(buf: &mut Vec<u8>) {
             255 - buf[s + 2] as i32,
         );
         let nk = buf[s + 3] as i32; // 255 - inverted k
-        let d = i * 3; // d <= s: writing never overtakes reading
+        let d = i * bpp; // d <= s: writing never overtakes reading
         buf[d] = (nk - muldiv255(c, nk)).clamp(0, 255) as u8;
         buf[d + 1] = (nk - muldiv255(m, nk)).clamp(0, 255) as u8;
         buf[d + 2] = (nk - muldiv255(y, nk)).clamp(0, 255) as u8;
+        if bpp == 4 {
+            buf[d + 3] = 255;
+        }
     }
-    buf.truncate(pixels * 3);
-    buf.shrink_to_fit();
+    if bpp == 3 {
+        buf.truncate(pixels * 3);
+        buf.shrink_to_fit();
+    }
 }
 
 #[cfg(test)]
@@ -327,11 +340,17 @@ mod tests {
         let mut b = vec![
             255, 255, 255, 255, 0, 0, 0, 0, 255, 0, 255, 255, 200, 100, 50, 128,
         ];
-        cmyk_to_rgb_in_place(&mut b);
+        let mut x = b.clone();
+        cmyk_to_rgb_in_place(&mut b, 3);
         // No ink → white; full ink everywhere → black; magenta ink → (255, 0, 255).
         assert_eq!(&b[..9], &[255, 255, 255, 0, 0, 0, 255, 0, 255]);
         // c = 55, m = 155, y = 205, nk = 128: 128 - round(55*128/255) = 128 - 28 = 100, ...
         assert_eq!(&b[9..], &[100, 50, 25]);
         assert_eq!(b.len(), 12);
+        // The same pixels with a fourth byte of 255.
+        cmyk_to_rgb_in_place(&mut x, 4);
+        let rgb: Vec<u8> = x.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
+        assert_eq!(rgb, b);
+        assert!(x.chunks_exact(4).all(|p| p[3] == 255));
     }
 }

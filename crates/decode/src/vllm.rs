@@ -30,8 +30,9 @@ impl Framer {
 }
 
 /// The blake3 digest vLLM computes for the `width` x `height` RGB8 image of `pixels` as the
-/// only keyword argument named `image`.
-pub(crate) fn hash(width: u32, height: u32, pixels: &[u8]) -> [u8; 32] {
+/// only keyword argument named `image`; `pixels` holds `bpp` bytes a pixel (3, or 4 with a
+/// fourth byte that is not hashed: vLLM hashes `np.asarray(img)`, 3 bytes a pixel).
+pub(crate) fn hash(width: u32, height: u32, pixels: &[u8], bpp: usize) -> [u8; 32] {
     let mut h = Framer(blake3::Hasher::new());
     // iter_item_to_bytes("image", img): the key, then the value (a leaf: the PIL image).
     h.framed(b"image").tag(LEAF);
@@ -48,6 +49,21 @@ pub(crate) fn hash(width: u32, height: u32, pixels: &[u8]) -> [u8; 32] {
     for n in [u64::from(height), u64::from(width), 3] {
         h.tag(LEAF).framed(&(n as i64).to_le_bytes());
     }
-    h.framed(b"data").tag(LEAF).framed(pixels);
+    h.framed(b"data").tag(LEAF);
+    if bpp == 3 {
+        h.framed(pixels);
+    } else {
+        // framed(): the RGB length, then the RGB bytes, a row at a time.
+        let row_px = width as usize;
+        h.len((pixels.len() / bpp * 3) as u64);
+        let mut rgb = Vec::with_capacity(row_px * 3);
+        for row in pixels.chunks(row_px.max(1) * bpp) {
+            rgb.clear();
+            for px in row.chunks_exact(bpp) {
+                rgb.extend_from_slice(&px[..3]);
+            }
+            h.0.update(&rgb);
+        }
+    }
     *h.0.finalize().as_bytes()
 }

@@ -1,7 +1,7 @@
 //! Decoding real encoded images of every supported format and refusing hostile ones.
 
 use image::{DynamicImage, ImageBuffer, ImageFormat as Fmt, Luma, LumaA, Rgb, Rgba};
-use mmcache_decode::{DecodeLimits, Error, ImageFormat, decode, sniff};
+use mmcache_decode::{DecodeLimits, Error, ImageFormat, JpegDecoder, PixelLayout, decode, sniff};
 use mmcache_test_support::images;
 
 fn limits() -> DecodeLimits {
@@ -21,6 +21,44 @@ fn every_supported_format_decodes_to_rgb8() {
         let img = decode(&bytes, &limits()).unwrap_or_else(|e| panic!("{format:?}: {e}"));
         assert_eq!((img.width(), img.height(), img.format()), (31, 17, format));
         assert_eq!(img.pixels().len(), 31 * 17 * 3);
+    }
+}
+
+/// The 4-byte layout holds the same pixels with a fourth byte of 255, whichever codec decoded
+/// them, and the vLLM hash (of the RGB image) does not change with it.
+#[test]
+fn the_rgbx_layout_holds_the_same_pixels() {
+    let rgba = DynamicImage::ImageRgba8(ImageBuffer::from_fn(9, 5, |x, y| {
+        Rgba([x as u8 * 20, y as u8 * 40, 7, (x * y) as u8])
+    }));
+    let grey16 = DynamicImage::ImageLuma16(ImageBuffer::from_fn(6, 4, |x, y| {
+        Luma([(x * 9000 + y * 300) as u16])
+    }));
+    let cases = [
+        ("png", images::png(31, 17, 3)),
+        ("png rgba", images::encode(&rgba, Fmt::Png)),
+        ("png grey16", images::encode(&grey16, Fmt::Png)),
+        ("jpeg", images::jpeg(31, 17, 3)),
+        ("webp", images::webp(31, 17, 3)),
+        ("gif", images::gif(31, 17, 3)),
+    ];
+    let decoders = [JpegDecoder::PureRust, DecodeLimits::default().jpeg];
+    for (what, bytes) in &cases {
+        for jpeg in decoders {
+            let rgb_limits = limits().with_jpeg_decoder(jpeg);
+            let rgb = decode(bytes, &rgb_limits).unwrap();
+            let rgbx = decode(bytes, &rgb_limits.with_layout(PixelLayout::Rgbx)).unwrap();
+            assert_eq!(rgb.layout(), PixelLayout::Rgb);
+            assert_eq!(rgbx.layout(), PixelLayout::Rgbx, "{what}");
+            assert_eq!(rgbx.pixels().len(), rgb.pixels().len() / 3 * 4, "{what}");
+            assert_eq!(rgbx.rgb().as_ref(), rgb.pixels(), "{what} ({jpeg:?})");
+            assert!(
+                rgbx.pixels().chunks_exact(4).all(|px| px[3] == 255),
+                "{what}"
+            );
+            assert_eq!(rgbx.vllm_hash(), rgb.vllm_hash(), "{what}");
+            assert_ne!(rgbx, rgb, "images of two layouts are not equal");
+        }
     }
 }
 

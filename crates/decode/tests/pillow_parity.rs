@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mmcache_decode::{DecodeLimits, JpegDecoder, JpegDecoderChoice, decode, select_jpeg_decoder};
+use mmcache_decode::{
+    DecodeLimits, JpegDecoder, JpegDecoderChoice, PixelLayout, decode, select_jpeg_decoder,
+};
 use mmcache_test_support::in_ci;
 
 struct Case {
@@ -155,6 +157,20 @@ fn every_kind_decodes_to_pillows_bytes() {
         row.cases += 1;
         let bytes = std::fs::read(dir.join(&case.file)).expect("case file");
         let expected = std::fs::read(dir.join(format!("{}.rgb", case.name))).expect("rgb");
+        // The 4-byte layout holds what Pillow's RGB image holds, fourth byte included.
+        let held = std::fs::read(dir.join(format!("{}.rgbx", case.name))).expect("rgbx");
+        match decode(&bytes, &turbo.with_layout(PixelLayout::Rgbx)) {
+            Ok(img) if img.pixels() == held.as_slice() => {}
+            Ok(img) => {
+                let (max, n) = diff(img.pixels(), &held);
+                mismatches.push(format!(
+                    "{} (rgbx): {n} of {} values differ, by up to {max}",
+                    case.name,
+                    held.len()
+                ));
+            }
+            Err(e) => mismatches.push(format!("{} (rgbx): {e}", case.name)),
+        }
         match decode(&bytes, &turbo) {
             Ok(img) => {
                 assert_eq!((img.width(), img.height()), (case.width, case.height));

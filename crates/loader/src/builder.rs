@@ -255,6 +255,14 @@ impl LoaderBuilder {
         self
     }
 
+    /// How decoded images are laid out in memory (`MMCACHE_PIXEL_LAYOUT`): RGB8 by default;
+    /// [`mmcache_decode::PixelLayout::Rgbx`] keeps 4 bytes a pixel, as Pillow does, for
+    /// callers that hand the pixels to PIL (the Python package's loaders choose it).
+    pub fn pixel_layout(mut self, layout: mmcache_decode::PixelLayout) -> Self {
+        self.config.pixel_layout = layout;
+        self
+    }
+
     /// Path of libturbojpeg to load (`MMCACHE_LIBTURBOJPEG`).
     pub fn libturbojpeg(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.config.libturbojpeg = Some(path.into());
@@ -316,7 +324,7 @@ impl LoaderBuilder {
         let checked = config.check(&Default::default())?;
         let download_budget = config.download_budget();
         config.complete(&download_budget);
-        let write_memory = crate::write_memory::WriteMemory::new(&download_budget);
+        let write_memory = crate::write_memory::WriteMemory::new(config.write_allowance_bytes());
         let cached = config.shared_enabled || config.disk_enabled();
         if cached && config.max_file_size_bytes > write_memory.capacity() {
             tracing::warn!(
@@ -366,7 +374,8 @@ impl LoaderBuilder {
         }
         let limits = DecodeLimits::with_max_pixels(config.max_pixels)
             .with_jpeg_decoder(jpeg.decoder)
-            .with_formats(config.image_formats);
+            .with_formats(config.image_formats)
+            .with_layout(config.pixel_layout);
         let budget = DecodeBudget::new(
             config.decode_concurrency,
             config.decode_memory_bytes,

@@ -48,7 +48,7 @@
 //! # }
 //! ```
 
-mod fleet;
+pub(crate) mod fleet;
 pub mod metrics;
 
 use std::error::Error as StdError;
@@ -340,6 +340,22 @@ impl Embeddings {
             return None;
         };
         self.memory_get(&key)
+    }
+
+    /// The memory hit of [`Embeddings::find`] and [`Embeddings::get_or_compute`], without
+    /// awaiting: the entry held in memory, counted as a hit; `None` (counting nothing: the call
+    /// a caller makes next counts its miss or bypass) when memory does not hold it or the call
+    /// would bypass the caches. For callers that can skip a task or a thread hop on a hit.
+    pub fn cached(
+        &self,
+        input: &EmbeddingKeyInput,
+        model: &str,
+        scope: Option<&Scope>,
+    ) -> Option<Embedding> {
+        let key = self.key(input, model, scope)?;
+        let hit = self.shared.store.get(&key)?;
+        self.shared.metrics.hits.increment(1);
+        Some(hit)
     }
 
     /// The memory cache's entry for `key`, counted as a hit or a miss.

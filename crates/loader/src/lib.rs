@@ -83,6 +83,7 @@ mod budget;
 mod builder;
 mod config;
 mod data_url;
+pub mod doctor;
 pub mod embeddings;
 mod error;
 mod handle;
@@ -104,7 +105,7 @@ pub use crate::builder::LoaderBuilder;
 pub use crate::config::{
     Config, DEFAULT_DECODE_MEMORY_BYTES, DEFAULT_DECODE_WAIT, DEFAULT_DOWNLOAD_MEMORY_BYTES,
     DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
-    SharedCacheConfig, env,
+    MemoryPart, SharedCacheConfig, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
 /// The fuzz entry (fuzz/): a test seam, only with the feature `test-seams`.
@@ -118,7 +119,7 @@ pub use crate::loaded::{Loaded, Source};
 // The layers' names a loader user needs, listed one by one (see the crate docs).
 pub use mmcache_decode::{
     CacheStats, DecodedCache, DecodedImage as Image, ImageFormat, ImageFormats, JpegDecoder,
-    JpegDecoderChoice,
+    JpegDecoderChoice, PixelLayout,
 };
 pub use mmcache_disk_cache::{DiskCache, DiskCacheStats, DiskStatus};
 pub use mmcache_origin::{Origin, PolicyViolation};
@@ -190,6 +191,14 @@ impl Loader {
     /// See [`Error`]; [`Error::http_status`] gives a status to return.
     pub async fn load(&self, url: &str, scope: Option<&Scope>) -> Result<Arc<DecodedImage>> {
         self.load_detailed(url, scope).await.map(|l| l.image)
+    }
+
+    /// The image of `url` within `scope` if the decoded-image cache holds it, at once, without
+    /// awaiting: the memory hit of [`Loader::load`] (counted as one), and `None` where `load`
+    /// would look further (a miss, a `data:` URL, no usable scope in scoped mode). For callers
+    /// that can skip a task or a thread hop when the image is in memory.
+    pub fn load_cached(&self, url: &str, scope: Option<&Scope>) -> Option<Arc<DecodedImage>> {
+        self.tiers.load_cached(url, scope)
     }
 
     /// Like [`Loader::load`], also saying where the image came from.

@@ -21,10 +21,10 @@ pub(crate) struct WriteMemory {
 }
 
 impl WriteMemory {
-    /// A quarter of `download`'s capacity.
-    pub(crate) fn new(download: &DownloadBudget) -> Self {
+    /// An allowance of `bytes` ([`crate::Config::write_allowance_bytes`]).
+    pub(crate) fn new(bytes: u64) -> Self {
         Self {
-            allowance: DownloadBudget::new(download.capacity() / 2, std::time::Duration::ZERO),
+            allowance: DownloadBudget::new(bytes * 2, std::time::Duration::ZERO),
             skipped: ::metrics::counter!(metrics::WRITES_SKIPPED.name),
         }
     }
@@ -52,7 +52,11 @@ mod tests {
     #[test]
     fn writes_hold_at_most_a_quarter_of_the_download_budget() {
         let download = DownloadBudget::new(16 << 20, std::time::Duration::ZERO);
-        let writes = WriteMemory::new(&download);
+        let config = crate::Config {
+            download_memory_bytes: download.capacity(),
+            ..Default::default()
+        };
+        let writes = WriteMemory::new(config.write_allowance_bytes());
         assert_eq!(writes.capacity(), 4 << 20);
         let body = Bytes::from(vec![1u8; 3 << 20]);
         let first = writes.copy(&body).expect("fits");

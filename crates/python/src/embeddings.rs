@@ -97,6 +97,31 @@ impl Embeddings {
         })
     }
 
+    /// The embedding `get` and `get_or_compute` would return from memory, at once, or `None`
+    /// where they would look further (counted as their memory hit; nothing counted on
+    /// `None`). The Python methods call it first, so a memory hit takes no task and no
+    /// thread hop.
+    #[pyo3(name = "_cached", signature = (key, *, model, scope=None))]
+    fn cached<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        model: &Bound<'py, PyAny>,
+        scope: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let call = Call::parse(py, key, model, scope)?;
+        runtime::check_owner(self.pid)?;
+        let hit = self
+            .loader
+            .embeddings()
+            .cached(&call.input, &call.model, call.scope.as_ref());
+        Outcome(Ok(hit.map(|embedding| Loaded {
+            embedding,
+            source: EmbeddingSource::Memory,
+        })))
+        .into_pyobject(py)
+    }
+
     /// `{"entries", "current_bytes", "capacity_bytes", "inflight"}` of the memory cache now.
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -307,7 +332,8 @@ impl<'py> IntoPyObject<'py> for Outcome {
 }
 
 /// One embedding from the cache or a compute: `.array` (a read-only numpy view of the
-/// cached bytes, no copy), `.metadata`, `.source`; DLPack export for `torch.from_dlpack`.
+/// cached bytes, no copy), `.metadata`, `.source`; DLPack export (a copy unless asked not to)
+/// for `torch.from_dlpack`.
 #[pyclass(frozen, name = "Embedding", module = "mmcache._native")]
 pub(crate) struct CachedEmbedding {
     embedding: Embedding,
@@ -352,8 +378,10 @@ impl CachedEmbedding {
         self.embedding.bytes().len()
     }
 
-    /// DLPack 1.0 export over the same read-only memory (float32, float16, bfloat16):
-    /// `torch.from_dlpack(entry)`, `numpy.from_dlpack(entry)` (dtypes numpy has).
+    /// DLPack export (float32, float16, bfloat16) for `torch.from_dlpack(entry)` and
+    /// `numpy.from_dlpack(entry)`: a copy of its own by default (torch does not honour a
+    /// read-only flag); `copy=False` (with `max_version` 1.0 or later): the cached bytes,
+    /// flagged read-only, no copy.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
@@ -370,12 +398,7 @@ impl CachedEmbedding {
                 "an embedding is in host memory: export to the CPU, then copy to the device",
             ));
         }
-        if copy == Some(true) {
-            return Err(pyo3::exceptions::PyBufferError::new_err(
-                "copy=True is not supported: the export shares the cached bytes",
-            ));
-        }
-        crate::dlpack::export(py, &self.embedding, max_version)
+        crate::dlpack::export(py, &self.embedding, max_version, copy)
     }
 
     /// `(kDLCPU, 0)`: embeddings live in host memory.

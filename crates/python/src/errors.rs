@@ -295,8 +295,8 @@ pub(crate) fn embedding_too_large(py: Python<'_>, message: String) -> PyErr {
     raise(py, Class::EmbeddingTooLarge, message, 413)
 }
 
-/// The Python exception for a failed `get_or_compute`: the compute's own exception, the
-/// same object for every waiter (a bad return value is one of ours, raised the same way);
+/// The Python exception for a failed `get_or_compute`: the compute's own exception, a copy
+/// of it for each waiter (a bad return value is one of ours, raised the same way);
 /// `EmbeddingComputeError` for a panic or a cancelled compute task; `EmbeddingTimeoutError`
 /// (408) for a compute past its deadline.
 pub(crate) fn embedding_error(
@@ -320,7 +320,7 @@ pub(crate) fn embedding_error(
                         500,
                     );
                 }
-                return raised.clone_ref(py);
+                return for_waiter(py, raised);
             }
             Class::EmbeddingCompute
         }
@@ -328,4 +328,18 @@ pub(crate) fn embedding_error(
         EmbeddingError::Timeout { .. } => Class::EmbeddingTimeout,
     };
     raise(py, class, err.to_string(), err.http_status())
+}
+
+/// One waiter's own copy of a compute's exception (`mmcache.embeddings._for_waiter`): one
+/// object raised in every waiter would grow its traceback by each waiter's frames, under the
+/// others' feet. The original when even the copy fails.
+fn for_waiter(py: Python<'_>, raised: &PyErr) -> PyErr {
+    let copy = py
+        .import("mmcache.embeddings")
+        .and_then(|m| m.getattr("_for_waiter"))
+        .and_then(|f| f.call1((raised.value(py),)));
+    match copy {
+        Ok(copy) => PyErr::from_value(copy),
+        Err(_) => raised.clone_ref(py),
+    }
 }

@@ -15,6 +15,7 @@
 //! One tokio runtime serves the process; it starts with the first loader. See
 //! `crates/python/README.md` for the behaviour after `fork`.
 
+mod arrow;
 mod dlpack;
 mod embeddings;
 mod errors;
@@ -54,6 +55,32 @@ fn metrics_text(exclude_dynamo_shared_cache: bool) -> String {
         }
     }
     kept
+}
+
+/// `python -m mmcache doctor`: the checks of `mmcache doctor` (`mmcache_loader::doctor`) with
+/// this process's `DYN_MM_*`/`MMCACHE_*` environment: its report and its exit code. A bad
+/// setting raises `mmcache.errors.ConfigError`, as `Loader.from_env` does. The GIL is released
+/// while it runs (bounded by the shared cache's timeouts).
+#[pyfunction]
+fn doctor(py: Python<'_>) -> PyResult<(String, u8)> {
+    let rt = runtime::get()?;
+    let checked = py.detach(|| {
+        rt.block_on(async {
+            let loader = mmcache_loader::Loader::from_env()?;
+            let report = mmcache_loader::doctor::run(&loader).await;
+            // Nothing was loaded, so nothing is left to write.
+            let _ = loader.shutdown(std::time::Duration::ZERO).await;
+            let code = report.exit_code();
+            Ok::<_, mmcache_loader::ConfigError>((report.text, code))
+        })
+    });
+    checked.map_err(|e| errors::config_error(py, &e))
+}
+
+/// `mmcache doctor --help`'s list of exit codes (`python -m mmcache doctor --help` prints it).
+#[pyfunction]
+fn doctor_exit_codes() -> String {
+    mmcache_loader::doctor::exit_codes_help()
 }
 
 /// The session scope of a request from its headers (a mapping or an iterable of pairs, as
@@ -104,6 +131,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<shared_stats::SharedCacheStats>()?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(scope_from_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor_exit_codes, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Keyword of `Loader(...)` -> its environment variable, from the one declaration.
     let settings = pyo3::types::PyDict::new(m.py());

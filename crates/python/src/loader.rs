@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use mmcache_loader::ImageFormats;
 use mmcache_loader::Scope;
+use mmcache_loader::env;
 use mmcache_loader::{Config, Image, Loaded, LoaderBuilder};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -57,6 +58,12 @@ impl Loader {
         environ: Option<HashMap<String, String>>,
         settings: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        // Pillow's layout unless the environment read names one (a keyword wins over both).
+        let layout_set = match (&environ, env) {
+            (Some(vars), _) => vars.contains_key(env::PIXEL_LAYOUT),
+            (None, true) => std::env::var_os(env::PIXEL_LAYOUT).is_some(),
+            (None, false) => false,
+        };
         let builder = match (env, environ) {
             (_, Some(vars)) => {
                 Config::from_lookup(|name| vars.get(name).cloned()).map(LoaderBuilder::from_config)
@@ -65,6 +72,11 @@ impl Loader {
             (false, None) => Ok(mmcache_loader::Loader::builder()),
         }
         .map_err(|e| errors::config_error(py, &e))?;
+        let builder = if layout_set {
+            builder
+        } else {
+            builder.pixel_layout(pixels::PYTHON_LAYOUT)
+        };
         Self::build(py, builder, settings)
     }
 
@@ -78,7 +90,48 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.awaitable(py, url, scope, false)
+        self.awaitable(py, url, scope, Form::Array)
+    }
+
+    /// The array `load` would return from the decoded-image cache, at once, or `None` where
+    /// `load` would look further (counted as `load`'s memory hit; nothing counted on `None`).
+    /// `mmcache.Loader.load` calls it first, so a memory hit takes no task and no thread hop.
+    #[pyo3(name = "_cached", signature = (url, scope=None))]
+    fn cached<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        scope: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.memory_hit(url, scope)?
+            .map(|image| pixels::to_array(py, image))
+            .transpose()
+    }
+
+    /// `_cached`, giving the pixels' owner (`Pixels`) instead of an array: what
+    /// `mmcache.dynamo` maps its PIL images onto.
+    #[pyo3(name = "_cached_pixels", signature = (url, scope=None))]
+    fn cached_pixels<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        scope: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.memory_hit(url, scope)?
+            .map(|image| pixels::owner(py, image).map(Bound::into_any))
+            .transpose()
+    }
+
+    /// `await loader._load_pixels(url, scope=None)`: `load`, giving the pixels' owner
+    /// (`Pixels`) instead of an array.
+    #[pyo3(name = "_load_pixels", signature = (url, scope=None))]
+    fn load_pixels<'py>(
+        &self,
+        py: Python<'py>,
+        url: String,
+        scope: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.awaitable(py, url, scope, Form::Pixels)
     }
 
     /// `await loader.load_detailed(url, scope=None)`: `(array, source)`, the source being
@@ -90,7 +143,7 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.awaitable(py, url, scope, true)
+        self.awaitable(py, url, scope, Form::ArrayAndSource)
     }
 
     /// The blocking form of `load`, for threads without an event loop. The GIL is released
@@ -102,6 +155,9 @@ impl Loader {
         url: String,
         scope: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(image) = self.memory_hit(&url, scope)? {
+            return pixels::to_array(py, image);
+        }
         let loader = self.start()?;
         let rt = runtime::get()?;
         let scope = scope_of(scope);
@@ -109,7 +165,7 @@ impl Loader {
         One {
             result,
             url,
-            with_source: false,
+            form: Form::Array,
         }
         .into_pyobject(py)
     }
@@ -151,6 +207,14 @@ impl Loader {
     #[getter]
     fn cache_entries(&self) -> usize {
         self.loader().decoded_cache().stats().entries
+    }
+
+    /// Bytes the decoded-image cache holds: each image's pixels as kept (4 bytes a pixel in
+    /// Pillow's layout, the default here), plus 256 bytes an entry for the cache's own
+    /// structures; what its byte budget (`decoded_cache_bytes`) bounds.
+    #[getter]
+    fn cache_bytes(&self) -> u64 {
+        self.loader().decoded_cache().stats().bytes
     }
 
     /// Whether caches are partitioned by session scope.
@@ -209,12 +273,24 @@ impl Loader {
     }
 }
 
+/// What a load gives Python.
+#[derive(Clone, Copy)]
+enum Form {
+    /// The numpy array.
+    Array,
+    /// `(array, source)`.
+    ArrayAndSource,
+    /// The pixels' owner, `Pixels` (for PIL).
+    Pixels,
+}
+
 /// One load's outcome, made into Python objects by pyo3-async-runtimes on a blocking thread
-/// that holds the GIL (never on a runtime worker, whose other tasks must keep running).
+/// that holds the GIL (never on a runtime worker, whose other tasks must keep running). Each
+/// form costs the same whatever the image's size: nothing is copied.
 struct One {
     result: mmcache_loader::Result<Loaded>,
     url: String,
-    with_source: bool,
+    form: Form,
 }
 
 impl<'py> IntoPyObject<'py> for One {
@@ -224,14 +300,14 @@ impl<'py> IntoPyObject<'py> for One {
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match self.result {
-            Ok(loaded) => {
-                let array = pixels::to_array(py, loaded.image)?;
-                if self.with_source {
-                    (array, loaded.source.as_str()).into_bound_py_any(py)
-                } else {
-                    Ok(array)
+            Ok(loaded) => match self.form {
+                Form::Array => pixels::to_array(py, loaded.image),
+                Form::ArrayAndSource => {
+                    (pixels::to_array(py, loaded.image)?, loaded.source.as_str())
+                        .into_bound_py_any(py)
                 }
-            }
+                Form::Pixels => pixels::owner(py, loaded.image).map(Bound::into_any),
+            },
             Err(e) => Err(errors::load_error(py, &e, &self.url)),
         }
     }
@@ -276,23 +352,25 @@ impl Loader {
             .expect("a loader is present until dropped")
     }
 
-    /// An awaitable load of `url`, giving the array (and its source with `with_source`).
+    /// An awaitable load of `url`, giving `form`.
     fn awaitable<'py>(
         &self,
         py: Python<'py>,
         url: String,
         scope: Option<&str>,
-        with_source: bool,
+        form: Form,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (loader, scope) = (self.start()?, scope_of(scope));
         future_into_py::<PerProcess, _, _>(py, async move {
             let result = loader.load_detailed(&url, scope.as_ref()).await;
-            Ok(One {
-                result,
-                url,
-                with_source,
-            })
+            Ok(One { result, url, form })
         })
+    }
+
+    /// The decoded cache's image of `url`, without awaiting (see `_cached`).
+    fn memory_hit(&self, url: &str, scope: Option<&str>) -> PyResult<Option<Arc<Image>>> {
+        runtime::check_owner(self.pid)?;
+        Ok(self.loader().load_cached(url, scope_of(scope).as_ref()))
     }
 
     /// The loader, after checking it runs in the process that built it.
@@ -393,6 +471,12 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "decoded_cache_entries" => b.decoded_cache_entries(v.extract()?),
         "max_pixels" => b.max_pixels(v.extract()?),
         "image_formats" => b.image_formats(formats(v)?),
+        "pixel_layout" => {
+            let layout: String = v.extract()?;
+            b.pixel_layout(layout.parse().map_err(|()| {
+                PyValueError::new_err(format!("pixel_layout={layout:?}: expected rgb or rgbx"))
+            })?)
+        }
         "decode_memory_bytes" => b.decode_memory_bytes(v.extract()?),
         "decode_concurrency" => b.decode_concurrency(v.extract()?),
         "decode_wait_secs" => b.decode_wait(secs(name, v.extract()?)?),

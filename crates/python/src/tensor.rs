@@ -150,6 +150,18 @@ fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Embedding> {
 
 fn from_dlpack(tensor: &Bound<'_, PyAny>) -> PyResult<Embedding> {
     let py = tensor.py();
+    // torch refuses to export such a tensor with an exception of its own (BufferError in
+    // 2.15, RuntimeError in older releases): asked first, so the caller gets our typed error.
+    if let Some(grad) = tensor.getattr_opt("requires_grad")?
+        && grad.extract::<bool>().unwrap_or(false)
+    {
+        return Err(errors::invalid_embedding(
+            py,
+            "the embedding tensor requires grad: return tensor.detach() (mmcache caches the \
+             values, not the autograd graph)"
+                .to_owned(),
+        ));
+    }
     let device: (i64, i64) = tensor
         .call_method0("__dlpack_device__")?
         .extract()

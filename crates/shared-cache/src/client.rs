@@ -11,6 +11,7 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::breaker::{BreakerState, Breakers};
 use crate::config::SharedCacheConfig;
+use crate::denied::{Denial, Gates};
 use crate::error::{Error, Result};
 use crate::metrics::Handles;
 use crate::samples::{DrainedSamples, Samples};
@@ -27,6 +28,8 @@ pub(crate) struct ConnState {
     pub(crate) last_failed_connect: Option<Instant>,
     /// Start of the current run of failures with no success in between.
     pub(crate) failing_since: Option<Instant>,
+    /// The last connect was denied, at this time of the cache's clock (see `denied`).
+    pub(crate) denied: Option<(Instant, Denial)>,
 }
 
 /// What every clone of a [`SharedCache`] shares.
@@ -39,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) warn: WarnLimiter,
     pub(crate) counters: Counters,
     pub(crate) breakers: Breakers,
+    /// Commands denied by the server, per key space (see `denied`).
+    pub(crate) gates: Gates,
     pub(crate) slots: SlotMap,
     pub(crate) queue: Queue,
     /// Set by a failure, cleared by the next success (spares successes the state lock).
@@ -100,6 +105,7 @@ impl SharedCache {
                 warn,
                 counters: Counters::default(),
                 breakers: Breakers::new(config.breaker),
+                gates: Gates::new(),
                 slots: SlotMap::default(),
                 queue: Queue::new(config.write_behind),
                 failing: std::sync::atomic::AtomicBool::new(false),
@@ -142,6 +148,18 @@ impl SharedCache {
     /// drained. Call it at shutdown.
     pub async fn flush(&self, deadline: Duration) -> bool {
         self.inner.queue.flush(deadline).await
+    }
+
+    /// The permission denials in force: each command the server refused (per key space), or
+    /// the connect, within [`DENIED_COOLDOWN`](crate::DENIED_COOLDOWN) of its last refusal. Empty when
+    /// nothing is denied.
+    pub fn denials(&self) -> Vec<Denial> {
+        let mut all = self.inner.gates.denials();
+        let st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, denial)) = &st.denied {
+            all.insert(0, denial.clone());
+        }
+        all
     }
 
     /// Every node's breaker state (nodes seen failing only).

@@ -9,6 +9,8 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::breaker;
 use crate::client::{ConnState, SharedCache};
+use crate::commands;
+use crate::denied::{self, DENIED_COOLDOWN, Denial};
 use crate::error::FailureKind;
 use crate::metrics::{Op, SkipReason};
 use crate::slots;
@@ -24,14 +26,36 @@ const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(10);
 const SLOT_MAP_MAX_AGE_FAILING: Duration = Duration::from_secs(1);
 
 impl SharedCache {
-    /// Runs one operation on `key`: skipped while the key's node has an open breaker, else
-    /// one attempt under the overall deadline, with failures accounted.
-    pub(crate) async fn run<'k, T, F, Fut>(&self, op: Op, key: &'k str, f: F) -> Result<T, Failure>
+    /// Runs one operation on `key`, which sends the commands `sent` (every command it may
+    /// send, a script's calls included: a denial of any of them holds it back): skipped while
+    /// one of them is denied on the key's key space or the key's node has an open breaker,
+    /// else one attempt under the overall deadline, with failures accounted.
+    pub(crate) async fn run<'k, T, F, Fut>(
+        &self,
+        op: Op,
+        sent: &'static [&'static str],
+        key: &'k str,
+        f: F,
+    ) -> Result<T, Failure>
     where
         F: FnOnce(ClusterConnection, &'k str) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let inner = &self.inner;
+        // Denied commands are looked up only while some command is denied.
+        let mut gates = GateProbes {
+            cache: self,
+            gates: Vec::new(),
+        };
+        if !inner.gates.is_idle() {
+            match inner.gates.admit(sent, key, inner.config.clock.now()) {
+                None => {
+                    inner.metrics.record_skip(op, SkipReason::Denied);
+                    return Err(Failure::Skipped);
+                }
+                Some(probes) => gates.gates = probes,
+            }
+        }
         // The slot map is consulted only while some node's breaker is tracking failures.
         let node = (!inner.breakers.is_idle()).then(|| inner.slots.node_for(key));
         let mut admit = breaker::Admit::Run;
@@ -51,27 +75,56 @@ impl SharedCache {
             armed: admit == breaker::Admit::Probe,
         };
         let attempt = async {
-            let conn = self.connection().await?;
-            f(conn, key).await.map_err(|e| FailureKind::of(&e))
+            let conn = match self.connection().await {
+                Ok(conn) => conn,
+                Err(NoConn::Denied) => return Err(Attempt::Skip),
+                Err(NoConn::Failed(kind)) => return Err(Attempt::Failed(kind, None)),
+            };
+            f(conn, key).await.map_err(|e| {
+                let kind = FailureKind::of(&e);
+                let denial =
+                    (kind == FailureKind::Denied).then(|| denied::describe(&e, sent, Some(key)));
+                Attempt::Failed(kind, denial)
+            })
         };
         let result = match tokio::time::timeout(inner.config.op_deadline(), attempt).await {
             Ok(r) => r,
-            Err(_) => Err(FailureKind::Timeout),
+            Err(_) => Err(Attempt::Failed(FailureKind::Timeout, None)),
         };
         probe.armed = false;
         drop(probe);
         match result {
             Ok(v) => {
+                gates.gates.clear(); // settled: every gate of `sent` closes
+                inner.gates.on_success(sent, key);
                 self.node_answered(node.as_deref());
                 Ok(v)
             }
-            Err(FailureKind::Reply) => {
+            Err(Attempt::Skip) => {
+                inner.metrics.record_skip(op, SkipReason::Denied);
+                Err(Failure::Skipped)
+            }
+            Err(Attempt::Failed(FailureKind::Denied, denial)) => {
+                // The node answered: the user is refused, the node and connection are fine.
+                self.node_answered(node.as_deref());
+                inner.metrics.record_error(op, FailureKind::Denied);
+                // A denied connect has no denial here: it was logged where it happened.
+                if let Some(denial) = denial {
+                    let gate = denied::Gates::gate_of(&denial);
+                    gates.gates.retain(|g| *g != gate); // settled; the others are given back
+                    if inner.gates.on_denied(&denial, inner.config.clock.now()) {
+                        denied::log(&denial);
+                    }
+                }
+                Err(Failure::Failed(FailureKind::Denied))
+            }
+            Err(Attempt::Failed(FailureKind::Reply, _)) => {
                 // The node answered: the operation failed, the node did not.
                 self.node_answered(node.as_deref());
                 self.record_failure(op, FailureKind::Reply);
                 Err(Failure::Failed(FailureKind::Reply))
             }
-            Err(kind) => {
+            Err(Attempt::Failed(kind, _)) => {
                 let node = node.unwrap_or_else(|| inner.slots.node_for(key));
                 let now = inner.config.clock.now();
                 self.on_transition(inner.breakers.on_failure(&node, now));
@@ -173,8 +226,9 @@ impl SharedCache {
         }
     }
 
-    /// The shared connection, connecting in the background when there is none.
-    pub(crate) async fn connection(&self) -> Result<ClusterConnection, FailureKind> {
+    /// The shared connection, connecting in the background when there is none. Within
+    /// [`DENIED_COOLDOWN`] of a denied connect, no connect is tried ([`NoConn::Denied`]).
+    pub(crate) async fn connection(&self) -> Result<ClusterConnection, NoConn> {
         if let Some(conn) = &self.lock().conn {
             return Ok(conn.clone()); // the common case: no channel subscription
         }
@@ -185,12 +239,17 @@ impl SharedCache {
                 return Ok(conn.clone());
             }
             if !st.connecting {
-                let now = Instant::now();
-                if st
+                // After a denied connect the cool-down is the back-off.
+                if let Some((at, _)) = &st.denied {
+                    let now = self.inner.config.clock.now();
+                    if now.duration_since(*at) < DENIED_COOLDOWN {
+                        return Err(NoConn::Denied);
+                    }
+                } else if st
                     .last_failed_connect
-                    .is_some_and(|t| now.duration_since(t) < RECONNECT_BACKOFF)
+                    .is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF)
                 {
-                    return Err(FailureKind::Connect);
+                    return Err(NoConn::Failed(FailureKind::Connect));
                 }
                 st.connecting = true;
                 self.spawn_connect();
@@ -198,7 +257,12 @@ impl SharedCache {
         }
         // Wait for the attempt in progress; the caller's deadline bounds the wait.
         let _ = changed.changed().await;
-        self.lock().conn.clone().ok_or(FailureKind::Connect)
+        let st = self.lock();
+        match (&st.conn, &st.denied) {
+            (Some(conn), _) => Ok(conn.clone()),
+            (None, Some(_)) => Err(NoConn::Failed(FailureKind::Denied)),
+            (None, None) => Err(NoConn::Failed(FailureKind::Connect)),
+        }
     }
 
     fn spawn_connect(&self) {
@@ -215,6 +279,14 @@ impl SharedCache {
                     Ok(Ok(conn)) => {
                         st.conn = Some(conn);
                         st.last_failed_connect = None;
+                        st.denied = None;
+                    }
+                    Ok(Err(e)) if denied::is_denial(&e) => {
+                        // Credentials, or discovery's own commands: nothing works until fixed.
+                        let denial = denied::describe(&e, commands::CONNECT, None);
+                        denied::log(&denial);
+                        st.last_failed_connect = Some(Instant::now());
+                        st.denied = Some((inner.config.clock.now(), denial));
                     }
                     Ok(Err(e)) => {
                         tracing::debug!(
@@ -222,6 +294,7 @@ impl SharedCache {
                             "shared image cache connect failed"
                         );
                         st.last_failed_connect = Some(Instant::now());
+                        st.denied = None;
                     }
                     Err(_) => {
                         tracing::debug!("shared image cache connect timed out");
@@ -231,6 +304,39 @@ impl SharedCache {
             }
             inner.connected.send_modify(|generation| *generation += 1);
         });
+    }
+}
+
+/// Why [`SharedCache::connection`] has no connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoConn {
+    /// The last connect was denied less than [`DENIED_COOLDOWN`] ago: none is tried.
+    Denied,
+    /// The connect failed (a denied one: [`FailureKind::Denied`]).
+    Failed(FailureKind),
+}
+
+/// How one attempt ended without a value.
+enum Attempt {
+    /// Not made: the connect is denied, within its cool-down.
+    Skip,
+    /// Failed; a denial says what was refused (none when the connect was).
+    Failed(FailureKind, Option<Denial>),
+}
+
+/// The probes of denied commands' gates an operation holds, given back when it ends with
+/// neither a success nor their denial (a timeout, a cancelled caller): the next operation
+/// probes instead.
+struct GateProbes<'a> {
+    cache: &'a SharedCache,
+    gates: Vec<String>,
+}
+
+impl Drop for GateProbes<'_> {
+    fn drop(&mut self) {
+        for gate in &self.gates {
+            self.cache.inner.gates.abandon_probe(gate);
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use mmcache_scope::CacheIdentity;
 
 use crate::breaker::BreakerState;
 use crate::client::SharedCache;
+use crate::commands;
 use crate::conn::Failure;
 use crate::metrics::{GetOutcome, Op, SkipReason, WriteOutcome};
 use crate::read::Read;
@@ -82,7 +83,7 @@ impl SharedCache {
         let ttl = self.inner.ttl_secs;
         let started = Instant::now();
         let result = self
-            .run(Op::Set, &key, |mut conn, key| async move {
+            .run(Op::Set, commands::SET, &key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&bytes[..])
@@ -175,7 +176,7 @@ impl SharedCache {
     pub async fn delete(&self, identity: &CacheIdentity) -> WriteOutcome {
         let key = entry_key(identity);
         let result = self
-            .run(Op::Del, &key, |mut conn, key| async move {
+            .run(Op::Del, commands::DEL, &key, |mut conn, key| async move {
                 redis::cmd("DEL")
                     .arg(key)
                     .query_async::<i64>(&mut conn)

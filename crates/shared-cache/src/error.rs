@@ -32,7 +32,12 @@ mmcache_scope::label_values! {
         Connect = "connect",
         /// A cluster-level reply: CLUSTERDOWN, MOVED/ASK storms, TRYAGAIN, no node for a slot.
         Cluster = "cluster",
-        /// An error reply from a node that answered (WRONGTYPE, OOM, NOSCRIPT, ERR, NOPERM...):
+        /// The server refused the user a command, a key or its credentials (NOPERM, NOAUTH,
+        /// WRONGPASS): a retry never heals it, so the command is not sent again for a cool-down
+        /// (`crate::DENIED_COOLDOWN`); logged at error level. Like `reply`, it counts toward
+        /// neither the node's breaker nor rediscovery.
+        Denied = "denied",
+        /// An error reply from a node that answered (WRONGTYPE, OOM, NOSCRIPT, ERR...):
         /// this operation failed, but the node and the connection are healthy, so it counts
         /// toward neither the node's breaker nor rediscovery.
         Reply = "reply",
@@ -45,7 +50,9 @@ mmcache_scope::label_values! {
 impl FailureKind {
     pub(crate) fn of(e: &redis::RedisError) -> Self {
         use redis::ErrorKind;
-        if e.is_timeout() {
+        if crate::denied::is_denial(e) {
+            Self::Denied
+        } else if e.is_timeout() {
             Self::Timeout
         } else if e.is_cluster_error()
             || matches!(

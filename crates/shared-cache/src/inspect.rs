@@ -43,8 +43,12 @@ impl SharedCache {
         let mut report = ClusterReport::default();
         let mut conn = match tokio::time::timeout(deadline, self.connection()).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(kind)) => {
+            Ok(Err(crate::conn::NoConn::Failed(kind))) => {
                 report.error = Some(format!("connect failed ({})", kind.as_str()));
+                return report;
+            }
+            Ok(Err(crate::conn::NoConn::Denied)) => {
+                report.error = Some("connect denied (credentials or ACL)".into());
                 return report;
             }
             Err(_) => {

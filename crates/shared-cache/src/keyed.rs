@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::client::SharedCache;
+use crate::commands;
 use crate::conn::Failure;
 use crate::metrics::Op;
 use crate::metrics::{GetOutcome, WriteOutcome};
@@ -33,7 +34,7 @@ impl SharedCache {
     pub async fn set_key(&self, key: &str, bytes: Bytes, ttl: Duration) -> WriteOutcome {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run(Op::Set, key, |mut conn, key| async move {
+            .run(Op::Set, commands::SET, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&bytes[..])
@@ -49,7 +50,7 @@ impl SharedCache {
     /// `DEL key` (one key: keys of one caller may sit in different slots).
     pub async fn delete_key(&self, key: &str) -> WriteOutcome {
         let result = self
-            .run(Op::Del, key, |mut conn, key| async move {
+            .run(Op::Del, commands::DEL, key, |mut conn, key| async move {
                 redis::cmd("DEL")
                     .arg(key)
                     .query_async::<i64>(&mut conn)

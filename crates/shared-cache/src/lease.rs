@@ -8,8 +8,10 @@ use std::time::Duration;
 use mmcache_scope::CacheIdentity;
 
 use crate::client::SharedCache;
+use crate::commands;
+use crate::conn::Failure;
 use crate::entry::lease_key;
-use crate::metrics::Op;
+use crate::metrics::{Op, WriteOutcome};
 
 /// How an attempt to take the stampede lease of an entry ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +34,10 @@ impl SharedCache {
     /// Gives the lease back (best effort: it expires anyway), only if it is still this
     /// holder's: a holder whose fill outlived the lease TTL must not delete the next holder's
     /// lease. A compare-and-delete script (`GET` = token, then `DEL`), which Redis, Valkey and
-    /// Dragonfly all run.
-    pub async fn release_lease(&self, identity: &CacheIdentity, token: u64) {
-        self.release_lease_key(&lease_key(identity), token).await;
+    /// Dragonfly all run. [`WriteOutcome::Success`] when the script ran (whether or not the
+    /// lease was still this holder's).
+    pub async fn release_lease(&self, identity: &CacheIdentity, token: u64) -> WriteOutcome {
+        self.release_lease_key(&lease_key(identity), token).await
     }
 
     /// Tries to take the lease `key` for `ttl` (`SET key token NX PX ttl`), as
@@ -43,7 +46,7 @@ impl SharedCache {
         let token = lease_token();
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let result = self
-            .run(Op::Lease, key, |mut conn, key| async move {
+            .run(Op::Lease, commands::SET, key, |mut conn, key| async move {
                 redis::cmd("SET")
                     .arg(key)
                     .arg(token)
@@ -63,20 +66,30 @@ impl SharedCache {
 
     /// Gives the lease `key` back if it is still `token`'s, as [`SharedCache::release_lease`]
     /// does (a compare-and-delete script: a holder whose work outlived the TTL never deletes
-    /// the next holder's lease).
-    pub async fn release_lease_key(&self, key: &str, token: u64) {
+    /// the next holder's lease). How it ended, as [`SharedCache::release_lease`] says.
+    pub async fn release_lease_key(&self, key: &str, token: u64) -> WriteOutcome {
         const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-        let _ = self
-            .run(Op::Lease, key, |mut conn, key| async move {
-                redis::cmd("EVAL")
-                    .arg(RELEASE)
-                    .arg(1)
-                    .arg(key)
-                    .arg(token.to_string())
-                    .query_async::<i64>(&mut conn)
-                    .await
-            })
+        let result = self
+            .run(
+                Op::Lease,
+                commands::RELEASE,
+                key,
+                |mut conn, key| async move {
+                    redis::cmd("EVAL")
+                        .arg(RELEASE)
+                        .arg(1)
+                        .arg(key)
+                        .arg(token.to_string())
+                        .query_async::<i64>(&mut conn)
+                        .await
+                },
+            )
             .await;
+        match result {
+            Ok(_) => WriteOutcome::Success,
+            Err(Failure::Skipped) => WriteOutcome::Skipped,
+            Err(Failure::Failed(_)) => WriteOutcome::Error,
+        }
     }
 }
 

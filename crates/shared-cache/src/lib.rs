@@ -42,11 +42,21 @@
 //!
 //! One attempt per operation (no client retries); the connect timeout and the response
 //! timeout are separate, and each operation also runs under an overall deadline of both.
+//!
+//! # Permission denials
+//!
+//! `NOPERM`, `NOAUTH` and `WRONGPASS` are not ordinary error replies: no retry heals them. Each
+//! is logged at error level (the command and its key space, never a key or the URL), counted
+//! under `kind="denied"`, and the denied command is not sent on that key space again for
+//! [`DENIED_COOLDOWN`]; then the next operation probes, so a fixed ACL is noticed without a
+//! restart. [`SharedCache::denials`] lists the denials in force.
 
 mod breaker;
 mod client;
+pub mod commands;
 mod config;
 mod conn;
+mod denied;
 mod entry;
 mod error;
 mod inspect;
@@ -69,6 +79,7 @@ pub use crate::config::{
     WriteBehindConfig,
 };
 pub use crate::conn::{RECONNECT_BACKOFF, REDISCOVER_AFTER};
+pub use crate::denied::{DENIED_COOLDOWN, Denial, Refused};
 pub use crate::entry::{entry_key, lease_key};
 pub use crate::error::{Error, FailureKind, Result};
 pub use crate::inspect::{CLUSTER_SLOTS, ClusterReport};

@@ -51,7 +51,11 @@ pub const ERRORS: Metric = Metric::new(
 .labels(&[Op::LABEL, FailureKind::LABEL])
 .note(
     "`reply`: an error reply such as WRONGTYPE or OOM from a node that answered; it opens \
-     no breaker and triggers no rediscovery",
+     no breaker and triggers no rediscovery. `denied`: NOPERM, NOAUTH or WRONGPASS (the user \
+     of `DYN_MM_SHARED_IMAGE_CACHE_URL` lacks a permission of the ACL recipe, or its password \
+     is wrong): logged at error level, and the command is not sent again on that key space \
+     for a cool-down (`mmcache_shared_cache::DENIED_COOLDOWN`; meanwhile \
+     `skipped_total{reason=\"denied\"}`)",
 );
 /// Operations not attempted; labels `op` and `reason`.
 pub const SKIPPED: Metric = Metric::new(
@@ -60,7 +64,7 @@ pub const SKIPPED: Metric = Metric::new(
     "Shared image cache operations not attempted",
 )
 .labels(&[Op::LABEL, SkipReason::LABEL])
-.note("`no_memory`: the value not read: its length (and first step) came back, but no room for it in the download budget within the wait");
+.note("`denied`: an operation whose command the server denied, within the denial's cool-down (see `errors_total{kind=\"denied\"}`); `no_memory`: the value not read: its length (and first step) came back, but no room for it in the download budget within the wait");
 /// Breaker transitions; labels `from` and `to`.
 pub const BREAKER_TRANSITIONS: Metric = Metric::new(
     "mmcache_shared_cache_breaker_transitions_total",
@@ -139,6 +143,7 @@ mmcache_scope::label_values! {
         TooLarge = "too_large",
         QueueFull = "queue_full",
         NoMemory = "no_memory",
+        Denied = "denied",
     }
 }
 

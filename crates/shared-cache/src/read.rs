@@ -12,6 +12,7 @@
 use bytes::Bytes;
 
 use crate::client::SharedCache;
+use crate::commands;
 use crate::conn::Failure;
 use crate::memory::ReadHold;
 use crate::metrics::Op;
@@ -89,7 +90,7 @@ impl SharedCache {
     }
 
     async fn strlen(&self, op: Op, key: &str) -> Result<usize, Failure> {
-        self.run(op, key, |mut conn, key| async move {
+        self.run(op, commands::STRLEN, key, |mut conn, key| async move {
             redis::cmd("STRLEN")
                 .arg(key)
                 .query_async::<usize>(&mut conn)
@@ -115,7 +116,7 @@ impl SharedCache {
     ) -> Result<(usize, Vec<u8>), Failure> {
         // Redis takes a signed 64-bit end.
         let end = i64::try_from(n).unwrap_or(i64::MAX) - 1;
-        self.run(op, key, |mut conn, key| async move {
+        self.run(op, commands::READ, key, |mut conn, key| async move {
             redis::pipe()
                 .cmd("STRLEN")
                 .arg(key)

@@ -38,6 +38,12 @@ pub struct SharedCacheStats {
     /// Operations answered with an error reply (WRONGTYPE, OOM...): counted in the op's
     /// errors too, but not as node failures.
     pub error_replies: u64,
+    /// Operations the server denied (NOPERM, NOAUTH, WRONGPASS): counted in the op's errors
+    /// too, but not as node failures.
+    pub denied: u64,
+    /// Operations not sent because one of their commands (or the connect) was denied within
+    /// the cool-down.
+    pub denied_skips: u64,
     /// Write-behind SETs dropped because the queue was full.
     pub write_behind_dropped: u64,
     /// Bounded stores ([`SharedCache::store_within`](crate::SharedCache::store_within)) the load stopped waiting for; the SET
@@ -77,6 +83,8 @@ impl Counters {
             skipped: n(Event::Skip(SkipReason::BreakerOpen)),
             breaker_opens: n(Event::Transition(BreakerState::Closed, BreakerState::Open)),
             error_replies: n(Event::Error(FailureKind::Reply)),
+            denied: n(Event::Error(FailureKind::Denied)),
+            denied_skips: n(Event::Skip(SkipReason::Denied)),
             write_behind_dropped: n(Event::SkipOf(Op::Set, SkipReason::QueueFull)),
             set_backgrounded: load(&self.set_backgrounded),
         }

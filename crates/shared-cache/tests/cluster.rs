@@ -12,6 +12,10 @@ use mmcache_shared_cache::{
 use mmcache_test_support::forward::Forwarder;
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
+// The denial tests run wherever this file does (on Valkey too, in the gate).
+#[path = "cluster/denied.rs"]
+mod denied;
+
 fn cache(url: String) -> SharedCache {
     let mut c = SharedCacheConfig::new(url);
     c.connect_timeout = Duration::from_millis(200);

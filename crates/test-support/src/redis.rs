@@ -8,11 +8,15 @@
 //!
 //! The harness talks to each node with the `redis` crate's synchronous client, one connection
 //! per command with connect and response timeouts (`client`); forming and watching the
-//! cluster is in `forming`, killing, hanging and moving nodes in `control`.
+//! cluster is in `forming`, killing, hanging and moving nodes in `control`, ACL users (and the
+//! worker user's recipe, read from docs/deployment.md) in `acl`.
 
+mod acl;
 mod client;
 mod control;
 mod forming;
+
+pub use acl::{AclRecipe, acl_recipe};
 
 use forming::StartFailure;
 

@@ -1,8 +1,10 @@
-//! `cargo xtask bench --scenario python`: the Python drop-in (`mmcache.dynamo.ImageLoader`,
-//! release build) against Dynamo's own `ImageLoader` from the ai-dynamo wheel, by
-//! crates/python/bench/dynamo_compare.py. Its table goes to `python.md`, its figures to
-//! `python.json`; it adds no row to the Rust table (other columns, other baselines). It runs
-//! in target/venv-bench, built on first use.
+//! `cargo xtask bench --scenario python`: what a Dynamo worker gets from mmcache's drop-in
+//! (`mmcache.dynamo.ImageLoader`, PIL images) and its numpy API (`mmcache.Loader`), release
+//! builds, against Dynamo's own `ImageLoader` from the ai-dynamo wheel, each in a process of its
+//! own, by crates/python/bench/dynamo_compare.py. Its table goes to `python.md`; its figures to
+//! `python.json`, whose `rows` have the form of docs/bench-results.json (a full run adds them to
+//! `results.json`; `cargo xtask bench-docs --python target/bench` records a run of
+//! this scenario alone). It runs in target/venv-bench, built on first use.
 
 use std::process::Command;
 
@@ -60,4 +62,13 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
     println!("{table}");
     std::fs::write(o.out.join("python.md"), table.as_bytes())?;
     Ok(Vec::new())
+}
+
+/// The rows of the last run's `python.json`, in the form of docs/bench-results.json.
+pub(super) fn rows(o: &Opts) -> anyhow::Result<Vec<serde_json::Value>> {
+    let path = o.out.join("python.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)?;
+    Ok(json["rows"].as_array().cloned().unwrap_or_default())
 }

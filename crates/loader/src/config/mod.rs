@@ -7,12 +7,13 @@
 //! exists once and each tier crate checks its own fields (its `validate`); `validate.rs`
 //! checks the loader's fields and the rules spanning crates, once for every source;
 //! `tiers.rs` completes the tiers' configurations with what the loader derives; `parse.rs`
-//! holds the text parsers; `env.rs` re-exports the variable names.
+//! holds the text parsers; `env.rs` re-exports the variable names; `memory.rs` sums the
+//! budgets.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mmcache_decode::{ImageFormats, JpegDecoderChoice};
+use mmcache_decode::{ImageFormats, JpegDecoderChoice, PixelLayout};
 pub use mmcache_disk_cache::DiskCacheConfig;
 pub use mmcache_shared_cache::{LeaseConfig, SharedCacheConfig};
 
@@ -22,6 +23,7 @@ use crate::hedge::HedgeSettings;
 #[cfg(test)]
 mod doc_tables;
 pub mod env;
+mod memory;
 mod parse;
 mod settings;
 #[cfg(test)]
@@ -29,6 +31,7 @@ mod tests;
 mod tiers;
 mod validate;
 
+pub use memory::MemoryPart;
 pub use settings::{SETTINGS, Section, Setting};
 pub(crate) use tiers::disk_read_memory;
 pub(crate) use validate::Given;
@@ -88,6 +91,9 @@ pub struct Config {
     pub jpeg_decoder: JpegDecoderChoice,
     /// Image formats accepted. Default all.
     pub image_formats: ImageFormats,
+    /// How decoded pixels are laid out. Default [`PixelLayout::Rgb`]; the Python package's
+    /// loaders choose [`PixelLayout::Rgbx`].
+    pub pixel_layout: PixelLayout,
     /// Path of libturbojpeg; default: the usual names.
     pub libturbojpeg: Option<PathBuf>,
     /// Bytes all running decodes may hold together. Default 2 GiB.
@@ -134,6 +140,7 @@ impl Default for Config {
             max_pixels: mmcache_decode::DEFAULT_MAX_PIXELS,
             jpeg_decoder: JpegDecoderChoice::Auto,
             image_formats: ImageFormats::ALL,
+            pixel_layout: PixelLayout::Rgb,
             libturbojpeg: None,
             decode_memory_bytes: DEFAULT_DECODE_MEMORY_BYTES,
             decode_concurrency: default_decode_concurrency(),

@@ -40,7 +40,10 @@ impl Config {
         // A cached value or entry may be as large as a download may be, never larger.
         self.shared.max_read_bytes =
             usize::try_from(self.max_file_size_bytes).unwrap_or(usize::MAX);
-        self.shared.read_memory = Some(Arc::new(BudgetReads::new(budget)));
+        self.shared.read_memory = Some(Arc::new(BudgetReads::new(
+            budget,
+            self.read_first_steps_bytes(),
+        )));
         self.disk.max_entry_bytes = self.max_file_size_bytes;
     }
 
@@ -80,7 +83,7 @@ pub(crate) fn disk_read_memory(
 }
 
 /// Shared-cache reads reserved in the download budget; their first steps (made before the
-/// value's length is known) in a pool of their own, an eighth of the budget, taken without
+/// value's length is known) in a pool of their own ([`Config::read_first_steps_bytes`]), taken without
 /// waiting, so GETs in flight to a hung node never hold what other reads or origin downloads
 /// wait for. No room within the budget's wait: the
 /// value is not read, and the load goes to the origin, whose download waits for the same
@@ -92,11 +95,11 @@ struct BudgetReads {
 }
 
 impl BudgetReads {
-    fn new(budget: &DownloadBudget) -> Self {
+    fn new(budget: &DownloadBudget, first_steps: u64) -> Self {
         Self {
             budget: budget.clone(),
-            // Reservations come from a budget's first half: a quarter gives an eighth.
-            first_steps: DownloadBudget::new(budget.capacity() / 4, std::time::Duration::ZERO),
+            // Reservations come from a budget's first half: made twice the pool.
+            first_steps: DownloadBudget::new(first_steps * 2, std::time::Duration::ZERO),
         }
     }
 }

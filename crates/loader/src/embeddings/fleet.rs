@@ -83,7 +83,7 @@ fn main_key(key: &EmbeddingKey) -> String {
     format!("mmcache:emb:v1:{{{}}}", hex(key))
 }
 
-fn lease_key(key: &EmbeddingKey) -> String {
+pub(crate) fn lease_key(key: &EmbeddingKey) -> String {
     format!("mmcache:emb:v1:{{{}}}:lease", hex(key))
 }
 

@@ -1,9 +1,11 @@
 //! One call's whole path: a `data:` URL, the bypass without a usable scope, the decoded cache,
 //! the load in flight; and the count of its outcome under the tier that served it.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use mmcache_decode::DecodedImage as Image;
 use mmcache_scope::{CacheIdentity, Scope};
 
 use super::Tiers;
@@ -13,15 +15,11 @@ use crate::metrics;
 
 impl Tiers {
     /// Loads `url` within `scope` (see [`Loader::load_detailed`](crate::Loader::load_detailed)).
-    pub(crate) async fn load(
-        self: &std::sync::Arc<Self>,
-        url: &str,
-        scope: Option<&Scope>,
-    ) -> Outcome {
+    pub(crate) async fn load(self: &Arc<Self>, url: &str, scope: Option<&Scope>) -> Outcome {
         if data_url::is_data_url(url) {
             return self.record(Source::Data, self.load_data_url(url).await);
         }
-        let Some(identity) = CacheIdentity::resolve(self.config.session_scoped, url, scope) else {
+        let Some(identity) = self.identity(url, scope) else {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
             self.metrics.bypass.increment(1);
             let started = Instant::now();
@@ -29,8 +27,7 @@ impl Tiers {
             self.observe(Source::Origin, started);
             return self.record(Source::Origin, result);
         };
-        if let Some(image) = self.decoded.get(&identity) {
-            self.memory_hits.increment(1);
+        if let Some(image) = self.memory_hit(&identity) {
             return Ok(Loaded {
                 image,
                 source: Source::Memory,
@@ -59,6 +56,27 @@ impl Tiers {
         };
         self.observe(source, started);
         self.record(source, outcome)
+    }
+
+    /// The memory hit of [`Tiers::load`], without awaiting (see
+    /// [`Loader::load_cached`](crate::Loader::load_cached)).
+    pub(crate) fn load_cached(&self, url: &str, scope: Option<&Scope>) -> Option<Arc<Image>> {
+        if data_url::is_data_url(url) {
+            return None;
+        }
+        self.memory_hit(&self.identity(url, scope)?)
+    }
+
+    /// The identity `url` is cached under, `None` in scoped mode without a usable scope.
+    fn identity(&self, url: &str, scope: Option<&Scope>) -> Option<CacheIdentity> {
+        CacheIdentity::resolve(self.config.session_scoped, url, scope)
+    }
+
+    /// The decoded cache's image for `identity`, counted as a memory hit.
+    fn memory_hit(&self, identity: &CacheIdentity) -> Option<Arc<Image>> {
+        let image = self.decoded.get(identity)?;
+        self.memory_hits.increment(1);
+        Some(image)
     }
 
     async fn load_data_url(&self, url: &str) -> Outcome {

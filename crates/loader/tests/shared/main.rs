@@ -1,5 +1,7 @@
 //! The loader with the shared cache on a real Redis Cluster and a real HTTP origin.
 
+mod acl;
+mod denied;
 mod hung;
 mod lease;
 

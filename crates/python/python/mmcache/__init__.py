@@ -102,7 +102,12 @@ class Loader(_native.Loader):
     A bad value raises :class:`ConfigError` (a ``ValueError``) naming it.
 
     Loads return a read-only ``numpy.ndarray`` of shape (H, W, 3), dtype uint8, viewing the
-    decoded pixels without a copy (a cache hit shares the cached pixels). Failures raise a
+    decoded pixels without a copy (a cache hit shares the cached pixels). The loader keeps
+    Pillow's layout, 4 bytes a pixel (``pixel_layout="rgbx"``, the default here), so the
+    array is a strided view (strides ``(4 * W, 4, 1)``), not C-contiguous:
+    ``numpy.ascontiguousarray`` copies it to 3 bytes a pixel; ``pixel_layout="rgb"`` keeps
+    3 bytes a pixel and gives C-contiguous arrays (then ``mmcache.dynamo`` copies its PIL
+    images). Failures raise a
     :class:`MmcacheError` subclass with ``http_status``. Cancelling an awaiting task never
     cancels the load other callers wait for; the load still fills the caches.
 
@@ -117,12 +122,19 @@ class Loader(_native.Loader):
 
     async def load(self, url: str, scope: str | None = None) -> numpy.ndarray:
         """The image at ``url``, within the session ``scope`` (used when session scoping is
-        on; ``None`` or blank: no scope)."""
+        on; ``None`` or blank: no scope). A memory hit returns without suspending: no task,
+        no thread hop."""
+        hit = self._cached(url, scope)
+        if hit is not None:
+            return hit
         return await super().load(url, scope)
 
     async def load_detailed(self, url: str, scope: str | None = None) -> tuple[numpy.ndarray, str]:
         """``(array, source)``: source is ``"memory"``, ``"inflight"``, ``"disk"``,
         ``"shared"``, ``"origin"`` or ``"data"``."""
+        hit = self._cached(url, scope)
+        if hit is not None:
+            return hit, "memory"
         return await super().load_detailed(url, scope)
 
     async def load_batch(self, urls: list[str], scope: str | None = None) -> list[numpy.ndarray]:

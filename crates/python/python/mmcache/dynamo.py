@@ -12,7 +12,10 @@ defines classes of the same names and attributes. Every raised exception also ca
 ``http_status``.
 
 Differences, all deliberate (listed in crates/python/README.md): a memory hit returns a new
-``PIL.Image`` over the cached pixels (Dynamo returns one shared, mutable object); decoding,
+``PIL.Image`` over the cached pixels (Dynamo returns one shared, mutable object), mapped
+without a copy and read-only to the caller: a write (``putpixel``, ``paste``, ``ImageDraw``,
+``image.load()[x, y] = ...``) copies the image's pixels first, so it changes that image only,
+never the cache (see :func:`pil_image`); decoding,
 caching and HTTP run in Rust without the GIL; the local cache is bounded in bytes as well as
 in entries; a shared-cache write never holds a load past the hedge budget; images over the
 pixel limit are 413; ``enable_frontend_decoding=True`` (NIXL) is refused.
@@ -33,10 +36,12 @@ import asyncio
 import logging
 import math
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import numpy
 from PIL import Image
 
 from . import _native
@@ -152,6 +157,77 @@ def _http_timeout(default: float) -> float:
     return value
 
 
+class _PixelAccess:
+    """What ``load()`` returns for a PIL image over cached pixels while they are shared: a
+    pixel access that reads and writes through the image's ``getpixel`` and ``putpixel``, so
+    the first write copies the pixels (Pillow's copy-on-write of a read-only image) instead of
+    failing as Pillow's own read-only access would."""
+
+    __slots__ = ("_image",)
+
+    def __init__(self, image: Image.Image) -> None:
+        self._image = image
+
+    def __getitem__(self, xy: Any) -> Any:
+        return self._image.getpixel(xy)
+
+    def __setitem__(self, xy: Any, color: Any) -> None:
+        self._image.putpixel(xy, color)
+
+    getpixel = __getitem__
+    putpixel = __setitem__
+
+
+class _SharedLoad:
+    """``image.load`` of a PIL image over cached pixels: Pillow's ``load``, except that while
+    the pixels are shared (the image is read-only) the pixel access is a :class:`_PixelAccess`.
+    It holds the image weakly: no reference cycle keeps the cached pixels alive."""
+
+    __slots__ = ("_image",)
+
+    def __init__(self, image: Image.Image) -> None:
+        self._image = weakref.ref(image)
+
+    def __call__(self) -> Any:
+        image = self._image()
+        access = Image.Image.load(image)  # type: ignore[arg-type]
+        if access is None or image is None or not image.readonly:
+            return access  # after a write the image owns its pixels: Pillow's own access
+        return _PixelAccess(image)
+
+
+_fallback_logged = False
+
+
+def pil_image(pixels: _native.Pixels) -> Image.Image:
+    """A ``PIL.Image`` (mode ``RGB``) of an image's pixels, without a copy where it can be.
+
+    With Pillow's layout (``pixel_layout="rgbx"``, the default) and Pillow 11.2.1 or later,
+    ``Image.fromarrow`` maps the image onto the cached pixels: nothing is copied, whatever the
+    size. The image is read-only to its caller: ``putpixel``, ``paste``, ``ImageDraw`` and
+    ``image.load()[x, y] = ...`` first copy its pixels (as Pillow does for any read-only image)
+    and change that image only; the cache and every other caller keep the original pixels.
+    Otherwise (``pixel_layout="rgb"``, or a Pillow without ``fromarrow``) the image is a copy
+    of the same pixels, said once in the log.
+    """
+    fromarrow = getattr(Image, "fromarrow", None)
+    if fromarrow is not None and pixels.layout == "rgbx":
+        image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
+        image.readonly = 1
+        image.load = _SharedLoad(image)  # type: ignore[method-assign]
+        return image
+    global _fallback_logged
+    if not _fallback_logged:
+        _fallback_logged = True
+        reason = (
+            "the loader keeps 3 bytes a pixel (pixel_layout='rgb')"
+            if pixels.layout != "rgbx"
+            else f"Pillow {Image.__version__} has no Image.fromarrow (11.2.1 or later has)"
+        )
+        logger.info("mmcache.dynamo copies each PIL image: %s", reason)
+    return Image.fromarray(numpy.asarray(pixels))
+
+
 def _with_status(exc: BaseException, status: int) -> BaseException:
     try:
         exc.http_status = status  # type: ignore[attr-defined]
@@ -234,19 +310,23 @@ class ImageLoader:
         return self._loader
 
     async def load_image(self, image_url: str, *, cache_scope: str | None = None) -> Image.Image:
-        """Loads one image URL (https, or http when internal URLs are allowed, or data)."""
-        if urlsplit(image_url).scheme in ("", "file"):
-            raise ValueError("Invalid image source scheme: local file access is not allowed")
-        try:
-            pixels = await self._loader.load(image_url, cache_scope)
-        except _errors.MmcacheError as exc:
-            out = self._translate(exc, image_url)
-            if out is exc:
-                raise
-            raise out from exc
-        height, width, _ = pixels.shape
-        # Pillow keeps RGB as 4 bytes a pixel, so this is the one copy: no RGB view exists.
-        return Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1)
+        """Loads one image URL (https, or http when internal URLs are allowed, or data).
+
+        A memory hit returns without suspending (no task, no thread hop); every image is a
+        read-only view of the cached pixels (see :func:`pil_image`)."""
+        # Only http(s) URLs are ever cached, so a hit needs no scheme check.
+        pixels = self._loader._cached_pixels(image_url, cache_scope)
+        if pixels is None:
+            if urlsplit(image_url).scheme in ("", "file"):
+                raise ValueError("Invalid image source scheme: local file access is not allowed")
+            try:
+                pixels = await self._loader._load_pixels(image_url, cache_scope)
+            except _errors.MmcacheError as exc:
+                out = self._translate(exc, image_url)
+                if out is exc:
+                    raise
+                raise out from exc
+        return pil_image(pixels)
 
     async def load_image_batch(
         self,

@@ -15,8 +15,10 @@ Rust cache::
 ``in_flight``). Hits and misses count this object's lookups (as Dynamo's manager counts its
 own); ``evictions`` is the process's memory-tier eviction counter (one loader per worker).
 
-Differences: ``tensor`` is a read-only numpy array over the cached bytes (``torch.from_dlpack``
-or ``torch.from_numpy`` gives a tensor over the same memory); the other ``CachedEmbedding``
+Differences: ``tensor`` is a read-only numpy array over the cached bytes, which torch does not
+honour: ``torch.from_numpy``, ``torch.as_tensor`` and ``torch.from_dlpack`` of it give a
+writable tensor over the cache's memory, so write only to ``torch.tensor(entry.tensor)`` (a
+copy; docs/embeddings.md, "What a consumer gets"); the other ``CachedEmbedding``
 fields travel as JSON in the entry's metadata; the cache is thread-safe and shared by every
 event loop of the process; a compute runs once per key per process even across loops.
 """

@@ -7,7 +7,8 @@
 float32, float16 or bfloat16, C-contiguous; or ``(array, metadata bytes)``. It runs on the
 event loop of the call that starts it, as a task of its own: concurrent callers (any loop,
 any thread) join it, and cancelling any of them cancels nothing. Its exception reaches every
-waiter as the same object and is not cached. Past ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS``
+waiter, each as a copy of its own (same type, args, attributes, cause and the compute's
+traceback), and is not cached. Past ``MMCACHE_EMBEDDING_COMPUTE_TIMEOUT_SECS``
 (default 60 s) the task is cancelled and every waiter gets
 ``EmbeddingTimeoutError`` (408). See docs/embeddings.md.
 """
@@ -15,6 +16,7 @@ waiter as the same object and is not cached. Past ``MMCACHE_EMBEDDING_COMPUTE_TI
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,12 +44,19 @@ class Embeddings:
         """The cached embedding of ``key`` under ``model`` (within ``scope`` when session
         scoping is on), else a compute of it in flight (joined), else ``await compute()``.
         ``model`` names everything that changes the embedding (model, revision, processor
-        settings such as ``max_pixels``)."""
+        settings such as ``max_pixels``). A memory hit returns without suspending."""
+        hit = self._native._cached(key, model=model, scope=scope)
+        if hit is not None:
+            return hit
         return await self._native.get_or_compute(key, compute, model=model, scope=scope)
 
     async def get(self, key: str, *, model: str, scope: str | None = None) -> Embedding | None:
         """The cached embedding of ``key`` under ``model``, or ``None``: memory, then the disk
-        and shared tiers when they are on (a tier hit is kept in memory). It never computes."""
+        and shared tiers when they are on (a tier hit is kept in memory). It never computes.
+        A memory hit returns without suspending (no task, no thread hop)."""
+        hit = self._native._cached(key, model=model, scope=scope)
+        if hit is not None:
+            return hit
         return await self._native.get(key, model=model, scope=scope)
 
     @property
@@ -133,3 +142,19 @@ class _Compute:
             # Not started, and perhaps never to be (its task may not have been made): closed
             # here, so it is never left unawaited. `run` closes it again if it starts: harmless.
             self._awaitable.close()
+
+
+def _for_waiter(exc: BaseException) -> BaseException:
+    """One waiter's copy of a failed compute's exception (the native module asks for one per
+    waiter): same type, args, attributes, ``__cause__`` and ``__context__``, and the compute's
+    traceback, so each waiter's raise starts from the compute's frames instead of adding to
+    one object every waiter holds. A class whose ``__init__`` does not take its own ``args``
+    is copied without calling it."""
+    try:
+        new = copy.copy(exc)
+    except Exception:  # any failure of the class's own __init__
+        new = type(exc).__new__(type(exc), *exc.args)
+        new.__dict__.update(exc.__dict__)
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    new.__suppress_context__ = exc.__suppress_context__
+    return new.with_traceback(exc.__traceback__)

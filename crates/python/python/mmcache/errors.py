@@ -112,7 +112,8 @@ class EmbeddingTypeError(EmbeddingError, TypeError):
 
 class InvalidEmbeddingError(EmbeddingError, ValueError):
     """The array has an unsupported dtype (not float32, float16 or bfloat16), is not
-    C-contiguous, or its shape is invalid."""
+    C-contiguous, or its shape is invalid; or the tensor requires grad (return
+    ``tensor.detach()``)."""
 
 
 class EmbeddingDeviceError(InvalidEmbeddingError):

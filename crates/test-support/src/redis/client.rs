@@ -164,7 +164,12 @@ impl RedisCluster {
     }
 
     /// `cmd` at `addr` on a new connection (preceded by `ASKING` after an `ASK` redirection).
-    fn query(&self, addr: SocketAddr, cmd: &redis::Cmd, asking: bool) -> redis::RedisResult<Value> {
+    pub(super) fn query(
+        &self,
+        addr: SocketAddr,
+        cmd: &redis::Cmd,
+        asking: bool,
+    ) -> redis::RedisResult<Value> {
         let mut con = self.connect(addr)?;
         if asking {
             redis::cmd("ASKING").exec(&mut con)?;

@@ -28,6 +28,8 @@ pub const SHARED_MAX_VALUE_BYTES: &str = "MMCACHE_SHARED_IMAGE_CACHE_MAX_VALUE_B
 pub const JPEG_DECODER: &str = "MMCACHE_JPEG_DECODER";
 /// Image formats accepted, comma-separated from `jpeg`, `png`, `webp`, `gif`.
 pub const IMAGE_FORMATS: &str = "MMCACHE_IMAGE_FORMATS";
+/// `rgb` (3 bytes a pixel) or `rgbx` (4, as Pillow holds RGB): how decoded images are kept.
+pub const PIXEL_LAYOUT: &str = "MMCACHE_PIXEL_LAYOUT";
 /// Path of libturbojpeg to load.
 pub const LIBTURBOJPEG: &str = "MMCACHE_LIBTURBOJPEG";
 /// Bytes all running decodes may hold together.
@@ -156,8 +158,9 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
     },
 ];
 
-/// The JPEG decoder, the formats, the decode budget and the media-domain allowlist.
-pub(super) const DECODE_AND_POLICY: [Setting; 7] = [
+/// The JPEG decoder, the formats, the pixel layout, the decode budget and the media-domain
+/// allowlist.
+pub(super) const DECODE_AND_POLICY: [Setting; 8] = [
     Setting {
         name: JPEG_DECODER,
         section: Section::Own,
@@ -197,6 +200,27 @@ pub(super) const DECODE_AND_POLICY: [Setting; 7] = [
                     "a comma-separated list of jpeg, png, webp, gif",
                 )
             })?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: PIXEL_LAYOUT,
+        section: Section::Own,
+        checked_by: CheckedBy::Loader,
+        default: "`rgb` (Rust); `rgbx` in the Python package's loaders",
+        rule: "`rgb` or `rgbx`",
+        doc: ": how decoded images are kept in memory. `rgb`: 3 bytes a pixel (`Image::pixels` \
+            is RGB8); `rgbx`: 4 bytes a pixel, the fourth as Pillow holds it, which is how Pillow stores a mode \
+            `RGB` image, so `mmcache.dynamo.ImageLoader` maps its PIL images onto the cached \
+            pixels without a copy (the decoded cache then holds 4/3 the bytes, and counts \
+            them). Same pixel values either way. The Python package's loaders use `rgbx` unless \
+            this or the keyword is set. See [decoding.md](decoding.md#pixel-layout)",
+        python: "pixel_layout",
+        python_value: "`\"rgb\"` or `\"rgbx\"`",
+        read: |c, v| {
+            c.pixel_layout = v
+                .parse()
+                .map_err(|()| ConfigError::invalid(PIXEL_LAYOUT, v, "rgb or rgbx"))?;
             Ok(())
         },
     },
