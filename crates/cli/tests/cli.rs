@@ -111,7 +111,7 @@ fn help_fits_a_screen_and_documents_the_exit_codes() {
             "  0  success",
             "  1  load: a load failed; warm: a load or a cache write failed; key: no cache key",
             "  2  bad usage",
-            "  10-13  doctor",
+            "  10-15  doctor",
         ] {
             assert!(stdout.contains(line), "{args:?} lacks {line:?}: {stdout}");
         }
