@@ -1,8 +1,7 @@
 //! deploy/kubernetes/worker.yaml's settings are ones the loader accepts, and its memory
-//! `resources` hold the most mmcache may hold with them: the decoded cache, the embedding
-//! cache, the decode budget, the download budget and the write allowance (a quarter of the
-//! download budget), the sum `mmcache doctor` prints. The comment with the arithmetic is
-//! checked against the settings the manifest gives.
+//! `resources` hold the most mmcache may hold with them: `Config::memory_parts`, the sum
+//! `mmcache doctor` prints. The comment with the arithmetic is checked against the settings the
+//! manifest gives.
 
 use mmcache_loader::{Config, env};
 use mmcache_test_support::manifest;
@@ -25,14 +24,8 @@ fn the_worker_manifest_sets_memory_for_its_settings() {
             .expect("the manifest's settings are valid");
     assert!(config.shared_enabled && config.disk_enabled());
 
-    let parts = [
-        config.decoded_cache_bytes,
-        config.embedding_cache_bytes,
-        config.decode_memory_bytes,
-        config.download_memory_bytes,
-        config.download_memory_bytes / 4,
-    ];
-    let sum: u64 = parts.iter().sum();
+    let parts: Vec<u64> = config.memory_parts().iter().map(|p| p.bytes).collect();
+    let sum = config.memory_bound();
     let line = format!(
         "# {} = {} MiB",
         parts
