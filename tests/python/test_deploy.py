@@ -115,3 +115,37 @@ def test_the_kubernetes_configmap_carries_deploy_redis_node_conf():
     assert copied == settings, (copied, settings)
     for must in ("cluster-require-full-coverage no", "cluster-config-file nodes.conf"):
         assert must in settings, must
+
+
+def manifests(name):
+    import yaml  # PyYAML, which yamllint (tests/requirements.txt) installs
+
+    return list(yaml.safe_load_all((ROOT / "deploy/kubernetes" / name).read_text()))
+
+
+def test_cache_names_resolve_from_the_workers_namespace():
+    """The names the workers use carry the cache's namespace: its Service in the worker's URL,
+    and the hostnames its nodes announce (a short name resolves only inside its namespace)."""
+    cache = [d for d in manifests("redis-cluster.yaml") if d["kind"] != "Namespace"]
+    (namespace,) = {d["metadata"].get("namespace") for d in cache}
+    assert namespace, "the cache's objects name their namespace"
+    services = {d["metadata"]["name"]: d for d in cache if d["kind"] == "Service"}
+    (nodes,) = [d for d in cache if d["kind"] == "StatefulSet"]
+    headless = nodes["spec"]["serviceName"]
+    assert services[headless]["spec"]["clusterIP"] == "None"
+    (container,) = nodes["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    domain = env["CLUSTER_DOMAIN"]["value"]
+    args = " ".join(container["args"])
+    announced = re.search(r'--cluster-announce-hostname\s+"([^"]+)"', args).group(1)
+    assert announced == f"$(hostname).{headless}.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN", announced
+    assert "--cluster-preferred-endpoint-type hostname" in args
+    # The worker's URL: the discovery Service, qualified.
+    (secret,) = [d for d in manifests("worker.yaml") if d["kind"] == "Secret"]
+    host = re.match(r"rediss?://[^@]*@([^:/]+)", secret["stringData"]["url"]).group(1)
+    discovery = [n for n in services if n != headless]
+    assert host in {f"{n}.{namespace}.svc.{domain}" for n in discovery}, host
+    # The worker reads the Secret in its own namespace: the Secret is in worker.yaml, not beside
+    # the cache.
+    assert not any(d["kind"] == "Secret" and d["metadata"]["name"] == "image-cache-url" for d in cache)

@@ -78,6 +78,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     // MSRV (`cargo xtask package`, about ten minutes more) is run before a release.
     crate::package::check_contents()?;
     crate::bench_docs::check()?;
+    crate::chaos_docs::check()?;
     println!("xtask test: all gates passed");
     Ok(())
 }

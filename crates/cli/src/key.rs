@@ -21,7 +21,7 @@ pub(crate) struct KeyArgs {
 /// without a scope bypasses every cache (there is no key).
 pub(crate) fn run(args: KeyArgs) -> anyhow::Result<u8> {
     let config = Config::from_env()?;
-    let scope = crate::parse_scope(args.scope.as_deref())?;
+    let scope = crate::parse_scope(args.scope.as_deref(), config.session_scoped)?;
     let Some(id) = CacheIdentity::resolve(config.session_scoped, &args.url, scope.as_ref()) else {
         eprintln!(
             "no cache key: DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 and no usable --scope, so loads \
@@ -29,9 +29,6 @@ pub(crate) fn run(args: KeyArgs) -> anyhow::Result<u8> {
         );
         return Ok(1);
     };
-    if scope.is_some() && !config.session_scoped {
-        eprintln!("note: --scope is ignored, DYN_MM_IMAGE_CACHE_SESSION_SCOPED is off");
-    }
     println!("identity digest: {}", id.sha256_hex());
     println!("redis key: {}", entry_key(&id));
     if config.disk_enabled() {

@@ -30,7 +30,7 @@ pub(crate) struct LoadArgs {
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<u8> {
     let metrics = crate::install_metrics()?;
     let loader = Loader::from_env()?;
-    let scope = crate::parse_scope(args.scope.as_deref())?;
+    let scope = crate::parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
     let mut tally = Tally::default();
     for url in &args.urls {
         let started = Instant::now();

@@ -8,8 +8,10 @@
 //! mmcache key [--scope S] URL                            the entry's Redis key and disk path
 //! ```
 //!
-//! Exit codes: 0 success, 1 a load failed, 2 usage or configuration errors (clap's own code for
-//! a usage error); `doctor` adds one code per problem (see [`doctor`]).
+//! Exit codes: 0 success and 2 usage or configuration errors (clap's own code for a usage
+//! error) for every command; each command's help lists its own others (`load`: 1 a load failed;
+//! `warm`: 1 a load or a cache write failed; `key`: 1 no cache key; `doctor`: one per problem).
+//! `--scope` with session scoping off is ignored alike by `load`, `warm` and `key`, with a note.
 
 mod doctor;
 mod key;
@@ -32,18 +34,20 @@ macro_rules! tiny_image {
     };
 }
 
-/// Settings and exit codes, shown after every help text.
+/// Where the settings come from, shown after every help text.
 macro_rules! settings_help {
     () => {
         "\
 Settings come from the DYN_MM_* and MMCACHE_* environment (docs/configuration.md).
-MMCACHE_LOG: log level on stderr: off, error, warn (default), info, debug or trace.
+MMCACHE_LOG: log level on stderr: off, error, warn (default), info, debug or trace."
+    };
+}
 
-Exit codes:
-  0  every load succeeded
-  1  at least one load failed (each is still reported)
-  2  bad usage or configuration: nothing was loaded
-  10-15  doctor found a problem (see mmcache doctor --help)"
+/// `--scope`'s rule, the same in every command that takes it.
+macro_rules! scope_help {
+    () => {
+        "--scope is used when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1; otherwise it is ignored, and a\n\
+         note on stderr says so.\n"
     };
 }
 
@@ -55,7 +59,12 @@ Exit codes:
     "  mmcache warm --concurrency 8 urls.txt\n",
     "  mmcache doctor\n",
     "  mmcache key https://example.com/img.png\n\n",
-    settings_help!()
+    settings_help!(),
+    "\n\nExit codes (each command's --help lists its own):\n",
+    "  0  success\n",
+    "  1  load: a load failed; warm: a load or a cache write failed; key: no cache key\n",
+    "  2  bad usage or configuration: nothing was done\n",
+    "  10-15  doctor found a problem (see mmcache doctor --help)"
 ))]
 struct Cli {
     #[command(subcommand)]
@@ -69,10 +78,14 @@ enum Command {
         "Each URL goes through the decoded cache, in-flight join, disk tier, shared cache and\n",
         "origin; its line (stdout) says where the image came from, its encoded size,\n",
         "width x height and time. Failures and a summary line go to stderr (--json: every\n",
-        "record on stdout, the summary on stderr).\n\n",
+        "record on stdout, the summary on stderr).\n", scope_help!(), "\n",
         "Examples:\n",
         "  mmcache load ", tiny_image!(), "\n\n",
-        settings_help!()
+        settings_help!(), "\n\n",
+        "Exit codes:\n",
+        "  0  every load succeeded\n",
+        "  1  at least one load failed (each is still reported)\n",
+        "  2  bad usage or configuration: nothing was loaded"
     ))]
     Load(load::LoadArgs),
     /// Load every URL of a file (or stdin) to fill the caches; summary by source
@@ -80,11 +93,15 @@ enum Command {
         "One URL a line; blank lines and lines starting with # are skipped. Loads run\n",
         "--concurrency at a time; a progress bar shows on a terminal. The summary goes to\n",
         "stdout, each failure to stderr. Returns once every disk and shared-cache write has\n",
-        "landed or timed out.\n\n",
+        "landed or timed out.\n", scope_help!(), "\n",
         "Examples:\n",
         "  mmcache warm --concurrency 8 urls.txt\n",
         "  cat urls.txt | mmcache warm -\n\n",
-        settings_help!()
+        settings_help!(), "\n\n",
+        "Exit codes:\n",
+        "  0  every URL loaded and every cache write landed\n",
+        "  1  a load failed, or a cache write did not finish in time (each is reported)\n",
+        "  2  bad usage or configuration, or scoped mode without --scope: nothing was loaded"
     ))]
     Warm(warm::WarmArgs),
     /// Check the configuration, the JPEG decoder, the shared cache and the disk tier
@@ -93,11 +110,15 @@ enum Command {
     /// Print the Redis key and the disk-tier path of a URL's entry
     #[command(after_help = concat!(
         "The identity is the one loads use: the URL keyed as Dynamo keys it, with the scope's\n",
-        "digest in front when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1.\n\n",
+        "digest in front when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1.\n", scope_help!(), "\n",
         "Examples:\n",
         "  mmcache key https://example.com/img.png\n",
         "  DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 mmcache key --scope s1 https://example.com/a.png\n\n",
-        settings_help!()
+        settings_help!(), "\n\n",
+        "Exit codes:\n",
+        "  0  the key and path were printed\n",
+        "  1  no cache key: DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 and no usable --scope\n",
+        "  2  bad usage or configuration"
     ))]
     Key(key::KeyArgs),
     /// Print the version
@@ -170,10 +191,17 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(mmcache_loader::metrics::install_prometheus()?)
 }
 
-/// The `--scope` argument as a [`Scope`].
-fn parse_scope(raw: Option<&str>) -> anyhow::Result<Option<Scope>> {
-    raw.map(|s| Scope::new(s).context("--scope: blank, over 256 bytes, or not printable ASCII"))
-        .transpose()
+/// The `--scope` argument as a [`Scope`], read alike by every command: with session scoping
+/// off (`session_scoped` false) it changes nothing, and a note on stderr says so.
+fn parse_scope(raw: Option<&str>, session_scoped: bool) -> anyhow::Result<Option<Scope>> {
+    let scope = raw
+        .map(|s| Scope::new(s).context("--scope: blank, over 256 bytes, or not printable ASCII"))
+        .transpose()?;
+    if scope.is_some() && !session_scoped {
+        let var = mmcache_loader::env::SESSION_SCOPED;
+        eprintln!("note: --scope is ignored: {var} is off");
+    }
+    Ok(scope)
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ fn read_urls(file: &PathBuf) -> anyhow::Result<Vec<String>> {
 pub(crate) async fn run(args: WarmArgs) -> anyhow::Result<u8> {
     let urls = read_urls(&args.file)?;
     let loader = Arc::new(Loader::from_env()?);
-    let scope = crate::parse_scope(args.scope.as_deref())?;
+    let scope = crate::parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
     if loader.config().session_scoped && scope.is_none() {
         // Every load would bypass every cache: a warm that warms nothing must not succeed.
         eprintln!(

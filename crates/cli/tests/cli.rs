@@ -103,20 +103,15 @@ fn version_prints_only_the_version() {
 
 #[test]
 fn help_fits_a_screen_and_documents_the_exit_codes() {
-    for args in [
-        &["--help"][..],
-        &["-h"],
-        &["help"],
-        &[],
-        &["load", "--help"],
-    ] {
+    for args in [&["--help"][..], &["-h"], &["help"], &[]] {
         let (code, stdout, stderr) = run(args);
         assert_eq!(code, Some(0), "{args:?}: {stderr}");
-        assert!(stdout.contains("Exit codes:"), "{args:?}: {stdout}");
         for line in [
-            "  0  every load succeeded",
-            "  1  at least one load",
+            "Exit codes (each command's --help lists its own):",
+            "  0  success",
+            "  1  load: a load failed; warm: a load or a cache write failed; key: no cache key",
             "  2  bad usage",
+            "  10-15  doctor",
         ] {
             assert!(stdout.contains(line), "{args:?} lacks {line:?}: {stdout}");
         }
@@ -124,10 +119,99 @@ fn help_fits_a_screen_and_documents_the_exit_codes() {
         assert!(stdout.lines().count() <= 30, "{args:?}: {stdout}");
         assert!(stdout.lines().all(|l| l.len() <= 100), "{args:?}: {stdout}");
     }
+    // Each command's help lists its own codes, not another command's.
+    let own: [(&str, &[&str]); 3] = [
+        (
+            "load",
+            &[
+                "  1  at least one load failed",
+                "  2  bad usage or configuration",
+            ],
+        ),
+        (
+            "warm",
+            &[
+                "  1  a load failed, or a cache write did not finish in time",
+                "  2  bad usage or configuration, or scoped mode without --scope",
+            ],
+        ),
+        (
+            "key",
+            &["  1  no cache key: DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 and no usable --scope"],
+        ),
+    ];
+    for (command, lines) in own {
+        let (code, stdout, stderr) = run(&[command, "--help"]);
+        assert_eq!(code, Some(0), "{command}: {stderr}");
+        let codes = stdout
+            .split("Exit codes:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{command} --help has no exit codes: {stdout}"));
+        assert!(codes.contains("  0  "), "{command}: {codes}");
+        for line in lines {
+            assert!(
+                codes.contains(line),
+                "{command} --help lacks {line:?}: {codes}"
+            );
+        }
+        assert!(
+            !codes.contains("10-13"),
+            "{command} lists doctor's codes: {codes}"
+        );
+        if command != "load" {
+            assert!(
+                !codes.contains("at least one load failed"),
+                "{command}: {codes}"
+            );
+        }
+        assert!(
+            stdout.contains("--scope is used when"),
+            "{command}: {stdout}"
+        );
+        assert!(stdout.lines().count() <= 40, "{command}: {stdout}");
+        assert!(
+            stdout.lines().all(|l| l.len() <= 100),
+            "{command}: {stdout}"
+        );
+    }
     let (_, stdout, _) = run(&["load", "--help"]);
     for flag in ["--json", "--scope <S>", "--metrics", "<URL>..."] {
         assert!(stdout.contains(flag), "{flag}: {stdout}");
     }
+}
+
+/// `--scope` with session scoping off: every command that takes it ignores it alike, says so,
+/// and succeeds.
+#[test]
+fn scope_with_scoping_off_is_ignored_alike() {
+    let image = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7";
+    let dir = std::env::temp_dir().join(format!("mmcache-cli-scope-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = dir.join("urls.txt");
+    std::fs::write(&list, format!("{image}\n")).unwrap();
+    let list = list.to_string_lossy().into_owned();
+    for args in [
+        &["load", "--scope", "s1", image][..],
+        &["warm", "--scope", "s1", &list],
+        &["key", "--scope", "s1", "https://example.com/a.png"],
+    ] {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("note: --scope is ignored: DYN_MM_IMAGE_CACHE_SESSION_SCOPED is off"),
+            "{args:?}: {stderr}"
+        );
+        // With scoping on, the same arguments take the scope, with no note.
+        let out = mmcache()
+            .env("DYN_MM_IMAGE_CACHE_SESSION_SCOPED", "1")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("--scope is ignored"), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -143,3 +143,8 @@ mod layering {
         }
     }
 }
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

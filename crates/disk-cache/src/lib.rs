@@ -76,3 +76,8 @@ pub use named::EntryName;
 pub use read::EntryStamp;
 pub use sweep::SWEEP_INTERVAL;
 pub use trust::{DiskStatus, Refusal};
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

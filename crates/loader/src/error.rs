@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::config::env;
+
 pub use mmcache_decode::Error as DecodeError;
 pub use mmcache_origin::Error as OriginError;
 
@@ -90,21 +92,22 @@ pub enum DataUrlError {
 /// is a breaking change that must come with its mapping.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// The origin (or the URL policy) refused or failed the download.
-    #[error(transparent)]
-    Origin(#[from] OriginError),
-    /// The bytes are not a supported image, or exceed a limit.
-    #[error(transparent)]
-    Decode(#[from] DecodeError),
+    /// The origin (or the URL policy) refused or failed the download. The message names the
+    /// setting that changes the outcome, when one does ([`Error::setting`]).
+    #[error("{inner}{note}", inner = .0, note = note(self))]
+    Origin(OriginError),
+    /// The bytes are not a supported image, or exceed a limit (named as for `Origin`).
+    #[error("{inner}{note}", inner = .0, note = note(self))]
+    Decode(DecodeError),
     /// A bad `data:` URL.
-    #[error("invalid data URL: {0}")]
+    #[error("invalid data URL: {inner}{note}", inner = .0, note = note(self))]
     DataUrl(#[from] DataUrlError),
     /// Several loads of a batch failed; none of them with an origin status or a policy error.
     #[error("{} of the batch's loads failed: {}", .0.len(), summary(.0))]
     Batch(Arc<[(usize, Error)]>),
     /// The image needs more memory to decode than the whole decode budget
     /// (`MMCACHE_DECODE_MEMORY_BYTES`), estimated from its headers; nothing was allocated.
-    #[error("image needs about {} MiB to decode, more than the decode budget of {} MiB", .needed >> 20, .budget >> 20)]
+    #[error("image needs about {} MiB to decode, more than the decode budget of {} MiB{}", .needed >> 20, .budget >> 20, note(self))]
     OverDecodeBudget {
         /// Estimated bytes.
         needed: u64,
@@ -112,14 +115,14 @@ pub enum Error {
         budget: u64,
     },
     /// Other decodes held the decode budget for the whole wait (`MMCACHE_DECODE_WAIT_SECS`).
-    #[error("decoder busy: no decode budget freed within {waited:?}")]
+    #[error("decoder busy: no decode budget freed within {waited:?}{}", note(self))]
     DecodeBusy {
         /// How long the load waited.
         waited: std::time::Duration,
     },
     /// The load did not finish within its overall deadline (`MMCACHE_LOAD_TIMEOUT_SECS`);
     /// every caller waiting for it gets this error (408), and the next load starts afresh.
-    #[error("load timed out after {after:?}")]
+    #[error("load timed out after {after:?}{}", note(self))]
     LoadTimeout {
         /// The deadline.
         after: std::time::Duration,
@@ -127,6 +130,54 @@ pub enum Error {
     /// The load task died (a bug): reported, never cached.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<OriginError> for Error {
+    fn from(e: OriginError) -> Self {
+        Self::Origin(e)
+    }
+}
+
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Self {
+        Self::Decode(e)
+    }
+}
+
+/// What a message adds after the failure: the setting that changes it, in words.
+fn note(e: &Error) -> String {
+    use mmcache_origin::PolicyViolation as P;
+    let Some(name) = e.setting() else {
+        return String::new();
+    };
+    match e {
+        Error::Origin(OriginError::Policy(P::Scheme(_))) => {
+            format!(" (only https; http too with {name}=1)")
+        }
+        Error::Origin(OriginError::Policy(P::InternalAddress(_))) => {
+            format!(" ({name}=1 allows internal addresses)")
+        }
+        Error::Origin(OriginError::Policy(P::DomainNotAllowed(_))) => {
+            format!(" (the allowed hosts: {name})")
+        }
+        Error::Decode(DecodeError::FormatNotAccepted { .. }) => {
+            format!(" (the accepted formats: {name})")
+        }
+        Error::Decode(DecodeError::JpegDecoderUnavailable(_)) => format!(" ({name})"),
+        Error::DecodeBusy { .. } => {
+            format!(
+                " (the wait: {name}; the budget: {})",
+                env::DECODE_MEMORY_BYTES
+            )
+        }
+        Error::Origin(OriginError::DownloadBusy { .. }) => {
+            format!(
+                " (the wait: {name}; the budget: {})",
+                env::DOWNLOAD_MEMORY_BYTES
+            )
+        }
+        _ => format!(" (the limit: {name})"),
+    }
 }
 
 fn summary(failures: &[(usize, Error)]) -> String {
@@ -154,6 +205,31 @@ impl Error {
             Self::LoadTimeout { .. } => 408,
             Self::Internal(_) => 500,
         }
+    }
+
+    /// The setting (its environment variable) that changes this outcome, when one does: the
+    /// limit that was reached, the switch that would allow the URL, the list of accepted
+    /// formats. Messages name it too.
+    pub fn setting(&self) -> Option<&'static str> {
+        use mmcache_origin::PolicyViolation as P;
+        Some(match self {
+            Self::Origin(OriginError::Policy(P::Scheme(_) | P::InternalAddress(_))) => {
+                env::ALLOW_INTERNAL
+            }
+            Self::Origin(OriginError::Policy(P::DomainNotAllowed(_))) => env::ALLOWED_MEDIA_DOMAINS,
+            Self::Origin(OriginError::TooLarge { .. })
+            | Self::DataUrl(DataUrlError::TooLarge { .. }) => env::MAX_FILE_SIZE_MB,
+            Self::Origin(OriginError::OverDownloadBudget { .. }) => env::DOWNLOAD_MEMORY_BYTES,
+            Self::Origin(OriginError::DownloadBusy { .. }) | Self::DecodeBusy { .. } => {
+                env::DECODE_WAIT_SECS
+            }
+            Self::Decode(DecodeError::FormatNotAccepted { .. }) => env::IMAGE_FORMATS,
+            Self::Decode(DecodeError::TooManyPixels { .. }) => env::MAX_PIXELS,
+            Self::Decode(DecodeError::JpegDecoderUnavailable(_)) => env::JPEG_DECODER,
+            Self::OverDecodeBudget { .. } => env::DECODE_MEMORY_BYTES,
+            Self::LoadTimeout { .. } => env::LOAD_TIMEOUT_SECS,
+            _ => return None,
+        })
     }
 
     /// True for origin timeouts and the load deadline.

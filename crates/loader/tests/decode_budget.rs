@@ -59,6 +59,12 @@ async fn concurrent_large_decodes_stay_within_the_budget() {
     // to two such outputs may be alive beside them, plus fixed overhead (HTTP bodies of
     // ~60 KB, buffers, the runtime).
     let output = 2000 * 1511 * 3;
+    eprintln!(
+        "peak {:.1} MiB of live allocations with a {} MiB budget; bound {:.1} MiB",
+        peak as f64 / MIB as f64,
+        budget / MIB,
+        (budget + 2 * output + 8 * MIB) as f64 / MIB as f64
+    );
     assert!(
         peak < budget + 2 * output + 8 * MIB,
         "peak {} MiB of live allocations with a {} MiB budget",

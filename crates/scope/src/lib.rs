@@ -442,3 +442,8 @@ mod tests {
         assert!(!format!("{id:?}").contains("secret"));
     }
 }
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -93,3 +93,8 @@ pub use crate::stats::SharedCacheStats;
 pub use crate::warn::ManualClock;
 pub use crate::warn::{Clock, SystemClock, WARN_INTERVAL};
 pub use crate::write_behind::WriteRoom;
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -16,11 +16,25 @@ pub mod alloc;
 pub mod dns;
 pub mod forward;
 pub mod images;
+pub mod manifest;
 pub mod origin;
 pub mod redis;
 mod redis_files;
 pub mod scrape;
 mod server;
+
+/// The Rust examples of the workspace's own pages, compiled as doctests so they stay true (the
+/// published crates compile their READMEs themselves). `tests/docs.rs` checks that every page
+/// with a Rust example is listed here.
+#[cfg(doctest)]
+pub mod doc_examples {
+    /// README.md.
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    /// docs/embeddings.md.
+    #[doc = include_str!("../../../docs/embeddings.md")]
+    pub struct Embeddings;
+}
 
 /// True when running under CI (`CI` set to anything but `0`/`false`/empty): there a missing
 /// server is a failure, never a skip.

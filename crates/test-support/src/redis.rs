@@ -88,6 +88,10 @@ pub struct ClusterOptions {
     pub ips: Vec<Ipv4Addr>,
     /// `requirepass` for every node, when set.
     pub password: Option<String>,
+    /// Hostnames the nodes announce (`cluster-announce-hostname`, node `i` the `i`-th, masters
+    /// first), with `cluster-preferred-endpoint-type hostname`, so `CLUSTER SLOTS` names them
+    /// and clients resolve them; empty: the nodes announce their addresses.
+    pub hostnames: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -99,6 +103,7 @@ impl Default for ClusterOptions {
             node_timeout_ms: 1000,
             ips: vec![Ipv4Addr::LOCALHOST],
             password: None,
+            hostnames: Vec::new(),
         }
     }
 }
@@ -110,6 +115,8 @@ pub struct Node {
     pub ip: Ipv4Addr,
     /// Client port (TLS port in TLS mode).
     pub port: u16,
+    /// Announced hostname ([`ClusterOptions::hostnames`]), if any.
+    pub hostname: Option<String>,
     dir: PathBuf,
     child: Option<Child>,
     stopped: bool,
@@ -124,6 +131,7 @@ impl Node {
         Self {
             ip: Ipv4Addr::LOCALHOST,
             port: 0,
+            hostname: None,
             dir: PathBuf::new(),
             child: None,
             stopped: true,
@@ -242,6 +250,7 @@ impl RedisCluster {
             let mut node = Node {
                 ip,
                 port,
+                hostname: opts.hostnames.get(i).cloned(),
                 dir,
                 child: None,
                 stopped: true,
@@ -379,7 +388,12 @@ impl RedisCluster {
         } else {
             cmd.args(["--port", &port]);
         }
-        cmd.args(["--bind", &ip, "--cluster-announce-ip", &ip])
+        cmd.args(["--bind", &ip, "--cluster-announce-ip", &ip]);
+        if let Some(name) = &node.hostname {
+            cmd.args(["--cluster-announce-hostname", name])
+                .args(["--cluster-preferred-endpoint-type", "hostname"]);
+        }
+        cmd
             // Tests fail over faster than a deployment would.
             .args([
                 "--cluster-node-timeout",

@@ -24,6 +24,7 @@ use mmcache_test_support::redis::RedisCluster;
 use redis::cluster_async::ClusterConnection;
 
 use super::embed::{MODEL, large_embedding, read_from_shared};
+use super::outcome::from_sources;
 use super::{Measure, Opts, Row, drive, paced, serve, worker};
 
 pub(super) async fn image_hits_while_embeddings_stream(
@@ -448,7 +449,7 @@ async fn hits(
             }
             // A load that joined another's of the same URL (a task one lap of the URLs
             // ahead of a slow one) shares that shared hit.
-            matches!(r, Ok(l) if matches!(l.source, Source::Shared | Source::Inflight))
+            from_sources(&r, &[Source::Shared, Source::Inflight], &url)
         }
     };
     match pace {

@@ -10,6 +10,9 @@ use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 
+use mmcache_loader::Source;
+
+use super::outcome::{failed, from_sources, loaded};
 use super::{Measure, Opts, Row, ops, worker};
 use crate::common::ms;
 
@@ -214,13 +217,16 @@ pub(super) async fn disk_rows(o: &Opts, origin: &TestOrigin) -> anyhow::Result<V
             super::drive(o.concurrency, n, move |i| {
                 let path = paths[i % paths.len()].clone();
                 async move {
+                    let shown = path.display().to_string();
                     tokio::task::spawn_blocking(move || {
-                        std::fs::read(&path)
-                            .ok()
-                            .is_some_and(|b| decode(&b, &DecodeLimits::default()).is_ok())
+                        let bytes = std::fs::read(&path)
+                            .map_err(|e| failed(format_args!("read: {e}"), &shown))?;
+                        decode(&bytes, &DecodeLimits::default())
+                            .map(|_| ())
+                            .map_err(|e| failed(format_args!("decode: {e}"), &shown))
                     })
                     .await
-                    .unwrap_or(false)
+                    .unwrap_or_else(|e| Err(format!("the read's task: {e}")))
                 }
             })
         },
@@ -228,9 +234,7 @@ pub(super) async fn disk_rows(o: &Opts, origin: &TestOrigin) -> anyhow::Result<V
             let (l, urls) = (loader.clone(), urls.clone());
             super::drive(o.concurrency, n, move |i| {
                 let (l, u) = (l.clone(), urls[i % urls.len()].clone());
-                async move {
-                    matches!(l.load_detailed(&u, None).await, Ok(x) if x.source == mmcache_loader::Source::Disk)
-                }
+                async move { from_sources(&l.load_detailed(&u, None).await, &[Source::Disk], &u) }
             })
         },
     )
@@ -270,7 +274,7 @@ pub(super) async fn disk_rows(o: &Opts, origin: &TestOrigin) -> anyhow::Result<V
             let fresh = worker(None).disk_cache_dir(&dir).build()?;
             super::drive(o.concurrency, slow.len(), move |i| {
                 let (l, u) = (fresh.clone(), slow[i].clone());
-                async move { l.load(&u, None).await.is_ok() }
+                async move { loaded(&l.load(&u, None).await, &u) }
             })
             .await
         }

@@ -12,6 +12,7 @@ use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::RedisCluster;
 
+use super::outcome::{failed, from_sources};
 use super::{Opts, Row, drive, ops, paired, serve, worker};
 
 pub(super) async fn miss(
@@ -55,25 +56,56 @@ pub(super) async fn miss(
         let (b, s) = paired(
             o.rounds(),
             || {
-                let urls = serve(origin, &format!("miss-b-{concurrency}-{write_behind}-{shared}-{}", round.fetch_add(1, Ordering::Relaxed)), n, &body);
+                let urls = serve(
+                    origin,
+                    &format!(
+                        "miss-b-{concurrency}-{write_behind}-{shared}-{}",
+                        round.fetch_add(1, Ordering::Relaxed)
+                    ),
+                    n,
+                    &body,
+                );
                 let client = origin_client.clone();
                 drive(concurrency, n, move |i| {
                     let (client, url) = (client.clone(), urls[i].clone());
                     async move {
-                        let Ok(f) = client.fetch(&url).await else { return false };
-                        let bytes: Bytes = f.bytes;
-                        tokio::task::spawn_blocking(move || decode(&bytes, &DecodeLimits::default()).is_ok())
+                        let f = client
+                            .fetch(&url)
                             .await
-                            .unwrap_or(false)
+                            .map_err(|e| failed(format_args!("download: {e}"), &url))?;
+                        let bytes: Bytes = f.bytes;
+                        let decoded = tokio::task::spawn_blocking(move || {
+                            decode(&bytes, &DecodeLimits::default())
+                        })
+                        .await;
+                        match decoded {
+                            Ok(Ok(_)) => Ok(()),
+                            Ok(Err(e)) => Err(failed(format_args!("decode: {e}"), &url)),
+                            Err(e) => Err(failed(format_args!("the decode's task: {e}"), &url)),
+                        }
                     }
                 })
             },
             || {
-                let urls = serve(origin, &format!("miss-s-{concurrency}-{write_behind}-{shared}-{}", round.fetch_add(1, Ordering::Relaxed)), n, &body);
+                let urls = serve(
+                    origin,
+                    &format!(
+                        "miss-s-{concurrency}-{write_behind}-{shared}-{}",
+                        round.fetch_add(1, Ordering::Relaxed)
+                    ),
+                    n,
+                    &body,
+                );
                 let (loader, drain) = (loader.clone(), loader.clone());
                 let run = drive(concurrency, n, move |i| {
                     let (loader, url) = (loader.clone(), urls[i].clone());
-                    async move { matches!(loader.load_detailed(&url, None).await, Ok(l) if l.source == Source::Origin) }
+                    async move {
+                        from_sources(
+                            &loader.load_detailed(&url, None).await,
+                            &[Source::Origin],
+                            &url,
+                        )
+                    }
                 });
                 async move {
                     let m = run.await;

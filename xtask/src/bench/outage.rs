@@ -11,6 +11,7 @@ use mmcache_test_support::images;
 use mmcache_test_support::origin::TestOrigin;
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
+use super::outcome::loaded;
 use super::{Opts, Row, drive, ops, paired, serve, worker};
 use crate::common::ms;
 
@@ -36,14 +37,14 @@ async fn outage_rows(
             let (l, urls) = (healthy.clone(), urls.clone());
             drive(o.concurrency, n, move |i| {
                 let (l, u) = (l.clone(), urls[i % urls.len()].clone());
-                async move { l.load(&u, None).await.is_ok() }
+                async move { loaded(&l.load(&u, None).await, &u) }
             })
         },
         || {
             let (l, urls) = (broken.clone(), urls.clone());
             drive(o.concurrency, n, move |i| {
                 let (l, u) = (l.clone(), urls[i % urls.len()].clone());
-                async move { l.load(&u, None).await.is_ok() }
+                async move { loaded(&l.load(&u, None).await, &u) }
             })
         },
     )

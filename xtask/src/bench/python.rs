@@ -3,7 +3,7 @@
 //! builds, against Dynamo's own `ImageLoader` from the ai-dynamo wheel, each in a process of its
 //! own, by crates/python/bench/dynamo_compare.py. Its table goes to `python.md`; its figures to
 //! `python.json`, whose `rows` have the form of docs/bench-results.json (a full run adds them to
-//! `results.json`; `cargo xtask bench-docs --merge target/bench/python.json` records a run of
+//! `results.json`; `cargo xtask bench-docs --python target/bench` records a run of
 //! this scenario alone). It runs in target/venv-bench, built on first use.
 
 use std::process::Command;

@@ -21,7 +21,7 @@ fn cell(text: &str) -> String {
 fn section_table(section: Section) -> String {
     let mut out = String::from("| variable | default | rule |\n|---|---|---|\n");
     for s in SETTINGS.iter().filter(|s| s.section == section) {
-        let rule = cell(&format!("{}{}", s.rule, s.doc));
+        let rule = cell(&format!("{}{}", s.rule, s.doc_text()));
         out += &format!("| `{}` | {} | {rule} |\n", s.name, cell(s.default));
     }
     out
@@ -78,6 +78,33 @@ fn the_docs_tables_are_generated_from_the_settings() {
     panic!(
         "docs/configuration.md's tables differ from SETTINGS \
          (crates/loader/src/config/settings/); run MMCACHE_BLESS=1 cargo test -p mmcache-loader --lib config{first}"
+    );
+}
+
+#[test]
+fn no_placeholder_is_left_in_the_docs() {
+    for s in &SETTINGS {
+        let text = s.doc_text();
+        let left = text
+            .split('{')
+            .skip(1)
+            .find(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
+        assert!(
+            left.is_none(),
+            "{}: a placeholder left: {{{}",
+            s.name,
+            left.unwrap_or("")
+        );
+    }
+    let entry = SETTINGS
+        .iter()
+        .find(|s| s.name == crate::env::DECODED_CACHE_BYTES)
+        .unwrap();
+    let per_entry = format!("{} bytes per entry", mmcache_decode::ENTRY_OVERHEAD_BYTES);
+    assert!(
+        entry.doc_text().contains(&per_entry),
+        "{}",
+        entry.doc_text()
     );
 }
 

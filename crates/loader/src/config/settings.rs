@@ -26,7 +26,9 @@ pub struct Setting {
     /// The start of its rule in docs/configuration.md: its bounds, which a test holds to the
     /// checked ones.
     pub rule: &'static str,
-    /// What follows the rule in docs/configuration.md (the setting's documentation).
+    /// What follows the rule in docs/configuration.md (the setting's documentation), as
+    /// written: a fact another crate owns appears as a placeholder that
+    /// [`Setting::doc_text`] fills in from its constant.
     pub doc: &'static str,
     /// The keyword argument of `mmcache.Loader(...)` that sets the same thing.
     pub python: &'static str,
@@ -36,6 +38,24 @@ pub struct Setting {
     pub(super) read: fn(&mut Config, &str) -> Result<(), ConfigError>,
     /// Whose rule checks the value read.
     pub(super) checked_by: CheckedBy,
+}
+
+/// Placeholders of [`Setting::doc`] and the constants they stand for, so a number is written
+/// once, where its crate declares it.
+const DOC_CONSTANTS: [(&str, u64); 1] = [(
+    "{ENTRY_OVERHEAD_BYTES}",
+    mmcache_decode::ENTRY_OVERHEAD_BYTES,
+)];
+
+impl Setting {
+    /// [`Setting::doc`] with its placeholders filled in: the text docs/configuration.md shows.
+    pub fn doc_text(&self) -> String {
+        DOC_CONSTANTS
+            .iter()
+            .fold(self.doc.to_owned(), |doc, (name, value)| {
+                doc.replace(name, &value.to_string())
+            })
+    }
 }
 
 /// Whose rule checks a setting: a tier crate's `validate`, by the field it sets (its refusal

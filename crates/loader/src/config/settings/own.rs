@@ -65,7 +65,8 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
         checked_by: CheckedBy::Loader,
         default: "`1073741824` (1 GiB)",
         rule: "integer >= 0",
-        doc: ": byte budget of the decoded-image cache (pixels + 128 bytes per entry)",
+        doc: ": byte budget of the decoded-image cache (pixels + {ENTRY_OVERHEAD_BYTES} bytes per \
+            entry)",
         python: "decoded_cache_bytes",
         python_value: "int",
         read: |c, v| {
