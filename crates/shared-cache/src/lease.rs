@@ -91,16 +91,21 @@ impl SharedCache {
         const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
             return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.run(Op::Lease, commands::RENEW, key, |mut conn, key| async move {
-            redis::cmd("EVAL")
-                .arg(RENEW)
-                .arg(1)
-                .arg(key)
-                .arg(token.to_string())
-                .arg(ms)
-                .query_async::<i64>(&mut conn)
-                .await
-        })
+        self.run(
+            Op::Lease,
+            commands::RENEW,
+            key,
+            |mut conn, key| async move {
+                redis::cmd("EVAL")
+                    .arg(RENEW)
+                    .arg(1)
+                    .arg(key)
+                    .arg(token.to_string())
+                    .arg(ms)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            },
+        )
         .await
         .ok()
         .map(|n| n == 1)
@@ -115,17 +120,22 @@ impl SharedCache {
             redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0";
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let _ = self
-            .run(Op::Lease, commands::ABANDON, key, |mut conn, key| async move {
-                redis::cmd("EVAL")
-                    .arg(ABANDON)
-                    .arg(1)
-                    .arg(key)
-                    .arg(token.to_string())
-                    .arg(LEASE_NOT_STORED)
-                    .arg(ms)
-                    .query_async::<i64>(&mut conn)
-                    .await
-            })
+            .run(
+                Op::Lease,
+                commands::ABANDON,
+                key,
+                |mut conn, key| async move {
+                    redis::cmd("EVAL")
+                        .arg(ABANDON)
+                        .arg(1)
+                        .arg(key)
+                        .arg(token.to_string())
+                        .arg(LEASE_NOT_STORED)
+                        .arg(ms)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                },
+            )
             .await;
     }
 
