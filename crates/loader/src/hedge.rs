@@ -33,6 +33,7 @@ use ::metrics::Counter;
 use mmcache_scope::counted::Counted;
 
 use crate::metrics::{HEDGES, HedgeOutcome, PerLabel};
+use crate::slow_nodes::SlowNodes;
 
 /// GET latencies kept for the median.
 const SAMPLES: usize = 128;
@@ -93,6 +94,8 @@ pub(crate) struct Hedge {
     /// [`HEDGES`] by outcome; [`HedgeStats::over_budget`] is its `over_budget` count, so the
     /// event is recorded once (see `mmcache_scope::counted`).
     outcomes: PerLabel<Counted<Counter>>,
+    /// The nodes whose GETs are mostly late, routed around (see `slow_nodes`).
+    pub(crate) slow: SlowNodes,
 }
 
 /// Counts of a loader's hedging, for tests, benchmarks and dashboards (the `metrics` facade
@@ -108,6 +111,11 @@ pub struct HedgeStats {
     pub over_budget: u64,
     /// The current hedge delay.
     pub delay: Duration,
+    /// Loads that skipped their GET because its node was routed around (late on most of its
+    /// recent GETs) and went to the origin at once.
+    pub routed_around: u64,
+    /// Nodes routed around now.
+    pub slow_nodes: usize,
 }
 
 impl Hedge {
@@ -123,6 +131,7 @@ impl Hedge {
             outcomes: PerLabel::new(HedgeOutcome::ALL, |o: HedgeOutcome| {
                 Counted::new(::metrics::counter!(HEDGES.name, "outcome" => o.as_str()))
             }),
+            slow: SlowNodes::default(),
         }
     }
 
@@ -262,6 +271,11 @@ impl Hedge {
             hedged: self.hedged.load(Ordering::Relaxed),
             over_budget: self.outcomes.get(HedgeOutcome::OverBudget as usize).count(),
             delay: self.delay(),
+            routed_around: self
+                .outcomes
+                .get(HedgeOutcome::RoutedAround as usize)
+                .count(),
+            slow_nodes: self.slow.routed_nodes(),
         }
     }
 }

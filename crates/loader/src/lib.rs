@@ -91,6 +91,7 @@ mod hedge;
 mod loaded;
 mod metric_labels;
 pub mod metrics;
+mod slow_nodes;
 mod tiers;
 mod write_memory;
 

@@ -139,7 +139,8 @@ pub const HEDGES: Metric = Metric::new(
 .note(
     "`origin_won`: the origin answered first; `cache_won`: a late hit decoded first; \
      `over_budget`: budget spent, the load waited for its GET up to the hedge cap, then \
-     fetched from the origin all the same",
+     fetched from the origin all the same; `routed_around`: the key's node was late on most \
+     of its recent GETs, so the load skipped the GET and fetched from the origin at once",
 );
 /// Stampede leases by `outcome`.
 pub const LEASES: Metric = Metric::new(
@@ -225,6 +226,7 @@ mmcache_scope::label_values! {
         OriginWon = "origin_won",
         CacheWon = "cache_won",
         OverBudget = "over_budget",
+        RoutedAround = "routed_around",
     }
 }
 

@@ -280,3 +280,114 @@ async fn a_slow_minority_keeps_the_delay_within_four_floors_on_a_slow_machine() 
          late: every load to the slow master waited it; {stats:?}"
     );
 }
+
+/// What 8 lanes of loads over `urls` saw during `window`: loads, and loads of keys on master
+/// `watched` (bounded by the window and a count per lane).
+async fn run_lanes(
+    loader: &Loader,
+    urls: &Arc<Vec<String>>,
+    on_watched: &Arc<Vec<bool>>,
+    window: Duration,
+) -> (u64, u64) {
+    let mut lanes = Vec::new();
+    for w in 0..8 {
+        let (loader, urls, on_watched) = (loader.clone(), urls.clone(), on_watched.clone());
+        lanes.push(tokio::spawn(async move {
+            let (started, mut loads, mut watched) = (Instant::now(), 0, 0);
+            for i in 0..100_000 {
+                if started.elapsed() >= window {
+                    break;
+                }
+                let at = (w * 7 + i) % urls.len();
+                loader.load(&urls[at], None).await.unwrap();
+                loads += 1;
+                watched += u64::from(on_watched[at]);
+            }
+            (loads, watched)
+        }));
+    }
+    let mut total = (0, 0);
+    for l in lanes {
+        let (loads, watched) = l.await.unwrap();
+        total = (total.0 + loads, total.1 + watched);
+    }
+    total
+}
+
+/// One master of three answers after up to 300 ms (SIGSTOP 300 ms, SIGCONT 20 ms, repeated),
+/// with the default settings: its keys go straight to the origin once most of its GETs were
+/// late, instead of each waiting the hedge delay; background probes bring it back once it is
+/// healthy. A healthy cluster routes nothing around.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slower_than_the_delay_is_routed_around_until_it_recovers() {
+    if !require_redis("a_node_slower_than_the_delay_is_routed_around_until_it_recovers") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterOptions::default()).unwrap();
+    let origin = TestOrigin::start();
+    let urls = Arc::new(cached_urls(&origin, &cluster, 96).await);
+    let slow = 0;
+    let on_slow: Arc<Vec<bool>> = Arc::new(
+        urls.iter()
+            .map(|u| cluster.master_of(&key_for(u)).unwrap() == slow)
+            .collect(),
+    );
+    let loader = defaults(&cluster);
+    for u in urls.iter() {
+        loader.load(u, None).await.unwrap(); // past the warm-up
+    }
+    // Healthy: nothing is routed around.
+    let (loads, _) = run_lanes(&loader, &urls, &on_slow, Duration::from_secs(1)).await;
+    let healthy = loader.hedge_stats();
+    assert!(loads > 100, "{loads} loads");
+    assert_eq!(
+        (healthy.routed_around, healthy.slow_nodes),
+        (0, 0),
+        "a healthy cluster routed loads around: {healthy:?}"
+    );
+    // Slow: most loads of its keys skip its GET.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ms = Duration::from_millis;
+    let cycler = cycle(cluster.nodes[slow].pid(), ms(300), ms(320), stop.clone());
+    let (loads, on_sick) = run_lanes(&loader, &urls, &on_slow, Duration::from_secs(3)).await;
+    let sick = loader.hedge_stats();
+    stop.store(true, Ordering::Relaxed);
+    cycler.join().unwrap();
+    eprintln!("slow: {loads} loads, {on_sick} on the slow master; {sick:?}");
+    assert_eq!(
+        sick.slow_nodes, 1,
+        "the slow master is routed around: {sick:?}"
+    );
+    // Without the routing most of them wait the delay, then hedge (a load that joins one in
+    // flight neither hedges nor is routed).
+    let waited = sick.hedged + sick.over_budget;
+    assert!(
+        sick.routed_around > 0 && waited * 10 < on_sick,
+        "{waited} of {on_sick} loads on the slow master's keys waited the hedge delay: {sick:?}"
+    );
+    // Healthy again: the probes bring it back within a few probe intervals (bounded here by
+    // 100 rounds of 50 ms), and then its keys use it again.
+    for _ in 0..100 {
+        if loader.hedge_stats().slow_nodes == 0 {
+            break;
+        }
+        run_lanes(&loader, &urls, &on_slow, ms(50)).await;
+    }
+    let back = loader.hedge_stats();
+    assert_eq!(back.slow_nodes, 0, "the master never came back: {back:?}");
+    let (loads, _) = run_lanes(&loader, &urls, &on_slow, Duration::from_secs(1)).await;
+    let after = loader.hedge_stats();
+    eprintln!("recovered: {loads} loads; {after:?}");
+    assert!(
+        after.routed_around - back.routed_around < loads / 20,
+        "loads still routed around after the master recovered: {after:?}"
+    );
+    // Its keys are shared hits again.
+    let mut from_it = 0;
+    for (u, _) in urls.iter().zip(on_slow.iter()).filter(|(_, on)| **on) {
+        let loaded = loader.load_detailed(u, None).await.unwrap();
+        from_it += usize::from(loaded.source == Source::Shared);
+    }
+    let on_it = on_slow.iter().filter(|on| **on).count();
+    assert!(from_it * 2 > on_it, "{from_it} of {on_it} shared hits");
+}

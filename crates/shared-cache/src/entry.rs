@@ -192,6 +192,12 @@ impl SharedCache {
         outcome
     }
 
+    /// The node serving `identity`'s key (`host:port` from the cluster's slot map), or `*` while
+    /// the map is not known yet. Cheap: a slot computation and a shared string.
+    pub fn node_of(&self, identity: &CacheIdentity) -> std::sync::Arc<str> {
+        self.inner.slots.node_for(&entry_key(identity))
+    }
+
     /// The breaker state of the node serving `identity`'s key (for tests and dashboards).
     pub fn breaker_state(&self, identity: &CacheIdentity) -> BreakerState {
         let node = self.inner.slots.node_for(&entry_key(identity));

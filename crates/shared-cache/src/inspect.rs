@@ -118,7 +118,7 @@ fn count(reply: &redis::Value) -> (u32, usize, usize) {
     (covered, masters.len(), nodes.len())
 }
 
-fn node_addr(node: &redis::Value) -> Option<String> {
+fn node_addr(node: &redis::Value) -> Option<std::sync::Arc<str>> {
     let redis::Value::Array(f) = node else {
         return None;
     };
@@ -126,7 +126,7 @@ fn node_addr(node: &redis::Value) -> Option<String> {
     let redis::Value::Int(port) = f.get(1)? else {
         return None;
     };
-    Some(format!("{host}:{port}"))
+    Some(format!("{host}:{port}").into())
 }
 
 fn text_of(v: &redis::Value) -> Option<String> {

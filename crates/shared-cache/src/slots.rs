@@ -1,7 +1,7 @@
 //! Which node serves a key: the cluster's slot map, read with `CLUSTER SLOTS`, so circuit
 //! breakers can be kept per node (the cluster client does not expose its routing).
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 /// Slot of a key: CRC16 (XMODEM) of its hash tag (or of the whole key), modulo 16384.
@@ -24,19 +24,19 @@ pub(crate) struct SlotMap {
 
 #[derive(Debug, Default)]
 struct Inner {
-    ranges: Vec<(u16, u16, String)>,
+    ranges: Vec<(u16, u16, Arc<str>)>,
     refreshed_at: Option<Instant>,
 }
 
 impl SlotMap {
-    pub(crate) fn node_for(&self, key: &str) -> String {
+    pub(crate) fn node_for(&self, key: &str) -> Arc<str> {
         let slot = slot_of(key);
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
         inner
             .ranges
             .iter()
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map_or_else(|| UNKNOWN_NODE.to_owned(), |(_, _, node)| node.clone())
+            .map_or_else(|| Arc::from(UNKNOWN_NODE), |(_, _, node)| node.clone())
     }
 
     pub(crate) fn refreshed_at(&self) -> Option<Instant> {
@@ -63,7 +63,7 @@ impl SlotMap {
     }
 }
 
-pub(crate) fn parse(reply: &redis::Value) -> Option<Vec<(u16, u16, String)>> {
+pub(crate) fn parse(reply: &redis::Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
     use redis::Value;
     let Value::Array(entries) = reply else {
         return None;
@@ -89,7 +89,7 @@ pub(crate) fn parse(reply: &redis::Value) -> Option<Vec<(u16, u16, String)>> {
         out.push((
             u16::try_from(*start).ok()?,
             u16::try_from(*end).ok()?,
-            format!("{host}:{port}"),
+            Arc::from(format!("{host}:{port}")),
         ));
     }
     Some(out)
@@ -137,11 +137,11 @@ mod tests {
         ]);
         let map = SlotMap::default();
         map.update(&reply, Instant::now());
-        assert_eq!(map.node_for("foo"), "127.0.0.2:7001");
-        assert_eq!(map.node_for("bar"), "127.0.0.1:7000");
+        assert_eq!(&*map.node_for("foo"), "127.0.0.2:7001");
+        assert_eq!(&*map.node_for("bar"), "127.0.0.1:7000");
         map.update(&Value::Nil, Instant::now());
         assert_eq!(
-            map.node_for("bar"),
+            &*map.node_for("bar"),
             "127.0.0.1:7000",
             "a bad reply keeps the old map"
         );

@@ -1,6 +1,7 @@
 //! The hedged shared GET: when it has not answered within the hedge delay, the origin fetch
 //! starts beside it and the first usable image wins.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -11,8 +12,10 @@ use mmcache_shared_cache::{GetOutcome, SharedCache};
 use super::Tiers;
 use super::origin::FromOrigin;
 use crate::error::Result;
+use crate::hedge::Hedge;
 use crate::loaded::Loaded;
 use crate::metrics::HedgeOutcome;
+use crate::slow_nodes::{Change, Route};
 
 /// How a hedged GET ended.
 pub(super) enum Raced {
@@ -28,7 +31,9 @@ impl Tiers {
     /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
     /// fetch starts beside it and the first usable image wins (a late hit still wins if it
     /// decodes before the origin answers). The GET runs in its own task, so a hedged-away GET
-    /// still finishes and its failure still counts toward the node's breaker.
+    /// still finishes and its failure still counts toward the node's breaker. A key whose
+    /// node is routed around (late on most of its recent GETs, see `slow_nodes`) skips the
+    /// GET: the origin at once, and now and then the GET as a probe in the background.
     pub(super) async fn get_or_hedge(
         &self,
         shared: &SharedCache,
@@ -38,6 +43,18 @@ impl Tiers {
         if !self.hedge.enabled() {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             return Raced::Cache(cached, outcome);
+        }
+        let node = shared.node_of(identity);
+        if let Route::Around { probe } = self.hedge.slow.route(&node, Instant::now()) {
+            if probe {
+                spawn_probe(&self.hedge, shared, identity, node);
+            }
+            self.record_hedge(HedgeOutcome::RoutedAround);
+            return Raced::Origin(
+                self.fetch_and_decode_bytes(url)
+                    .await
+                    .map(FromOrigin::hedged),
+            );
         }
         // The GET times itself in its task: its own latency, not the wake-ups of this one.
         let mut get = tokio::spawn({
@@ -60,12 +77,14 @@ impl Tiers {
         if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
             if let Ok((_, GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took)) = &r {
                 self.hedge.observe(*took);
+                note_lateness(&self.hedge, &node, false, false);
             }
             let (cached, outcome) = joined(r);
             return Raced::Cache(cached, outcome);
         }
         // Counted now as taking the delay, not later at its real latency (see `observe_late`).
         self.hedge.observe_late(delay);
+        note_lateness(&self.hedge, &node, true, false);
         if !self.hedge.try_take() {
             self.record_hedge(HedgeOutcome::OverBudget);
             // No hedge budget left: the GET gets up to the cap, then the origin starts all the
@@ -135,5 +154,57 @@ impl Tiers {
 
     fn record_hedge(&self, outcome: HedgeOutcome) {
         self.hedge.record(outcome);
+    }
+}
+
+/// The GET of a routed load's key, in the background, timed against the hedge delay like any
+/// GET: it feeds the adaptive delay and tells whether the node answers in time again. It runs
+/// in its own task to its end (the I/O timeout), so a hung node's failures still reach its
+/// breaker; the watcher records it as late at the delay.
+fn spawn_probe(hedge: &Arc<Hedge>, shared: &SharedCache, identity: &CacheIdentity, node: Arc<str>) {
+    let delay = hedge.current_delay();
+    let get = tokio::spawn({
+        let (shared, identity) = (shared.clone(), identity.clone());
+        async move {
+            let started = Instant::now();
+            let (_, outcome) = shared.get_with_outcome(&identity).await;
+            (outcome, started.elapsed())
+        }
+    });
+    let hedge = hedge.clone();
+    tokio::spawn(async move {
+        match tokio::time::timeout(delay, get).await {
+            Ok(Ok((GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took))) => {
+                hedge.observe(took);
+                note_lateness(&hedge, &node, false, true);
+            }
+            // Failed or skipped at once (its breaker is open): nothing about its latency.
+            Ok(_) => {}
+            Err(_) => {
+                hedge.observe_late(delay);
+                note_lateness(&hedge, &node, true, true);
+            }
+        }
+    });
+}
+
+/// Records a GET's lateness for its node, and logs when the node starts or stops being routed
+/// around (a warning at most once per [`SLOW_WARN_INTERVAL`](crate::slow_nodes::SLOW_WARN_INTERVAL), else at debug).
+fn note_lateness(hedge: &Hedge, node: &Arc<str>, late: bool, probe: bool) {
+    let Some(change) = hedge.slow.record(node, late, probe) else {
+        return;
+    };
+    let loud = hedge.slow.may_warn(Instant::now());
+    match change {
+        Change::Slow if loud => tracing::warn!(
+            node = &**node,
+            "shared image cache node late on most GETs; its keys go to the origin while it is probed"
+        ),
+        Change::Slow => tracing::debug!(node = &**node, "shared image cache node routed around"),
+        Change::Recovered if loud => tracing::warn!(
+            node = &**node,
+            "shared image cache node answers in time again; its keys use it again"
+        ),
+        Change::Recovered => tracing::debug!(node = &**node, "shared image cache node used again"),
     }
 }
