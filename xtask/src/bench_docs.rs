@@ -31,10 +31,11 @@ const PYTHON_JSON: &str = "docs/bench-python.json";
 const PYTHON_MD: &str = "docs/bench-python.md";
 /// Recorded partial runs the page shows as they are, beside the full run (the slow master's
 /// history), in this order.
-const HISTORY: [&str; 3] = [
+const HISTORY: [&str; 4] = [
     "docs/bench-outage-hung-before.json",
     "docs/bench-outage-hung-after.json",
     "docs/bench-outage-hung-ceiling.json",
+    "docs/bench-outage-hung-routed.json",
 ];
 const HISTORY_SOURCE: &str = "docs/bench-outage-hung-*.json";
 const END: &str = "<!-- end of generated table -->";
