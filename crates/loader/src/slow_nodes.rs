@@ -7,10 +7,16 @@
 //! Why: with one master of three slow, hedging bounds each load to the delay, but a third of
 //! the keys still wait it before their origin fetch starts, and p99 is that delay. A node late
 //! on [`ENTER_LATE`] of its last [`WINDOW`] GETs is consistently slower than the delay; a
-//! healthy node on a busy machine is late now and then, not on most GETs. The probes run off
-//! the load's path, so a node still slow costs no load anything; they are timed against the
-//! same delay and feed the adaptive delay, so a cluster slow as a whole raises the delay
-//! through them and comes back.
+//! healthy node on a busy machine is late now and then, not on most GETs.
+//!
+//! Bounds: only a minority of the cluster's masters is routed around (at most half, so never
+//! the only node; nothing before the slot map is read): a cluster slow as a
+//! whole is the adaptive delay's job, and routing it all would send every load to the origin.
+//! One probe per node is in flight at a time, at most one per [`PROBE_INTERVAL`]; probes run
+//! off the load's path, are timed against the same delay and feed the adaptive delay. A routed
+//! node that no load has asked for during [`ROUTED_IDLE`] (it left the cluster, or moved to
+//! another address) is forgotten. While no node has a late GET in its window, nothing here
+//! takes a lock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,25 +33,30 @@ const ENTER_LATE: u32 = 6;
 const EXIT_PROBES: u8 = 3;
 /// At most one probe per node this often (one per routed load when loads are rarer).
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
-/// Nodes tracked; past this, the nodes not routed around are forgotten (names of nodes that
-/// left the cluster would otherwise accumulate).
+/// A routed node no load asked for this long is forgotten.
+const ROUTED_IDLE: Duration = Duration::from_secs(2);
+/// Nodes tracked (each with a late GET in its window); past this, the least recently seen
+/// node not routed around is forgotten.
 const MAX_NODES: usize = 256;
 /// Changes logged as warnings at most this often (a node that comes and goes would otherwise
 /// warn several times a second); the others at debug.
 pub(crate) const SLOW_WARN_INTERVAL: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Node {
     /// The last [`WINDOW`] GETs, newest in bit 0: 1 when late.
     late: u8,
     seen: u8,
-    /// Routed around since (and its last probe, and the probes in time since the last late one).
+    last_seen: Instant,
     routed: Option<Routed>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Routed {
     last_probe: Instant,
+    /// A probe GET has not ended yet.
+    probing: bool,
+    /// Probes in time since the last late one.
     in_time: u8,
 }
 
@@ -54,7 +65,8 @@ struct Routed {
 pub(crate) enum Route {
     /// Send the GET, hedged as usual.
     Get,
-    /// Skip the GET and fetch from the origin; `probe`: also send the GET in the background.
+    /// Skip the GET and fetch from the origin; `probe`: also send the GET in the background
+    /// (then call [`SlowNodes::probe_ended`] when it ends).
     Around { probe: bool },
 }
 
@@ -69,6 +81,8 @@ pub(crate) enum Change {
 #[derive(Debug, Default)]
 pub(crate) struct SlowNodes {
     nodes: Mutex<HashMap<Arc<str>, Node>>,
+    /// Entries in `nodes`: while 0, an in-time GET records nothing and takes no lock.
+    tracked: AtomicUsize,
     /// Nodes routed around now: while 0, [`SlowNodes::route`] takes no lock.
     routed: AtomicUsize,
     warned_at: Mutex<Option<Instant>>,
@@ -85,25 +99,65 @@ impl SlowNodes {
             return Route::Get;
         }
         let mut nodes = self.lock();
-        let Some(routed) = nodes.get_mut(node).and_then(|n| n.routed.as_mut()) else {
+        self.forget_idle(&mut nodes, now);
+        let Some(n) = nodes.get_mut(node) else {
             return Route::Get;
         };
-        let probe = now.duration_since(routed.last_probe) >= PROBE_INTERVAL;
+        n.last_seen = now;
+        let Some(routed) = n.routed.as_mut() else {
+            return Route::Get;
+        };
+        let probe = !routed.probing && now.duration_since(routed.last_probe) >= PROBE_INTERVAL;
         if probe {
             routed.last_probe = now;
+            routed.probing = true;
         }
         Route::Around { probe }
     }
 
-    /// Records a GET to `node`: `late` when it was still running at the hedge delay, `probe`
-    /// when it was a background probe of a routed node. A GET that started before its node
-    /// was routed around says nothing about recovery: only probes bring a node back.
-    pub(crate) fn record(&self, node: &Arc<str>, late: bool, probe: bool) -> Option<Change> {
-        let mut nodes = self.lock();
-        if !nodes.contains_key(node) && nodes.len() >= MAX_NODES {
-            nodes.retain(|_, n| n.routed.is_some());
+    /// A probe GET of `node` ended (answered, failed or timed out): the next may start.
+    pub(crate) fn probe_ended(&self, node: &str) {
+        if let Some(routed) = self.lock().get_mut(node).and_then(|n| n.routed.as_mut()) {
+            routed.probing = false;
         }
-        let n = nodes.entry(node.clone()).or_default();
+    }
+
+    /// Records a GET to `node`: `late` when it was still running at the hedge delay, `probe`
+    /// when it was a background probe of a routed node; `masters`: the masters of the slot
+    /// map (0 while it is unknown). A GET that started before its node was routed around says
+    /// nothing about recovery: only probes bring a node back.
+    pub(crate) fn record(
+        &self,
+        node: &Arc<str>,
+        late: bool,
+        probe: bool,
+        masters: usize,
+    ) -> Option<Change> {
+        if !late && self.tracked.load(Ordering::Acquire) == 0 {
+            return None; // the healthy steady state: no window to move
+        }
+        let now = Instant::now();
+        let mut nodes = self.lock();
+        let Some(n) = nodes.get_mut(node) else {
+            if !late {
+                return None;
+            }
+            if nodes.len() >= MAX_NODES {
+                self.evict_one(&mut nodes);
+            }
+            nodes.insert(
+                node.clone(),
+                Node {
+                    late: 1,
+                    seen: 1,
+                    last_seen: now,
+                    routed: None,
+                },
+            );
+            self.tracked.store(nodes.len(), Ordering::Release);
+            return None;
+        };
+        n.last_seen = now;
         if let Some(routed) = n.routed.as_mut() {
             if !probe {
                 return None;
@@ -117,21 +171,56 @@ impl SlowNodes {
                 return None;
             }
             // Back with a clean window: it must be late on most GETs again to be routed.
-            *n = Node::default();
+            nodes.remove(node);
+            self.tracked.store(nodes.len(), Ordering::Release);
             self.routed.fetch_sub(1, Ordering::AcqRel);
             return Some(Change::Recovered);
         }
         n.late = (n.late << 1) | u8::from(late);
         n.seen = (n.seen + 1).min(WINDOW as u8);
-        if u32::from(n.seen) < WINDOW || n.late.count_ones() < ENTER_LATE {
+        if n.late == 0 {
+            // No late GET left in its window: forgotten, so healthy GETs take no lock.
+            nodes.remove(node);
+            self.tracked.store(nodes.len(), Ordering::Release);
+            return None;
+        }
+        let minority = (self.routed.load(Ordering::Acquire) + 1) * 2 <= masters;
+        if u32::from(n.seen) < WINDOW || n.late.count_ones() < ENTER_LATE || !minority {
             return None;
         }
         n.routed = Some(Routed {
-            last_probe: Instant::now(),
+            last_probe: now,
+            probing: false,
             in_time: 0,
         });
         self.routed.fetch_add(1, Ordering::AcqRel);
         Some(Change::Slow)
+    }
+
+    /// Forgets routed nodes no load asked for within [`ROUTED_IDLE`].
+    fn forget_idle(&self, nodes: &mut HashMap<Arc<str>, Node>, now: Instant) {
+        let before = nodes.len();
+        nodes.retain(|_, n| {
+            n.routed.is_none() || now.saturating_duration_since(n.last_seen) < ROUTED_IDLE
+        });
+        if nodes.len() < before {
+            let routed = nodes.values().filter(|n| n.routed.is_some()).count();
+            self.routed.store(routed, Ordering::Release);
+            self.tracked.store(nodes.len(), Ordering::Release);
+        }
+    }
+
+    /// Forgets the least recently seen node not routed around (or any, when all are).
+    fn evict_one(&self, nodes: &mut HashMap<Arc<str>, Node>) {
+        let oldest = nodes
+            .iter()
+            .min_by_key(|(_, n)| (n.routed.is_some(), n.last_seen))
+            .map(|(k, _)| k.clone());
+        if let Some(k) = oldest
+            && nodes.remove(&k).is_some_and(|n| n.routed.is_some())
+        {
+            self.routed.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Whether a change may be logged as a warning at `now` (then not again for
@@ -145,8 +234,11 @@ impl SlowNodes {
         true
     }
 
-    /// Nodes routed around now.
+    /// Nodes routed around now (forgetting those no load asked for lately).
     pub(crate) fn routed_nodes(&self) -> usize {
+        if self.routed.load(Ordering::Acquire) > 0 {
+            self.forget_idle(&mut self.lock(), Instant::now());
+        }
         self.routed.load(Ordering::Acquire)
     }
 }
@@ -164,36 +256,81 @@ mod tests {
         let s = SlowNodes::default();
         let (slow, fast) = (node("a:1"), node("b:1"));
         let t0 = Instant::now();
-        // In time, then late on the last 5 of 8 (below 6): still used.
+        // Healthy GETs leave nothing to track.
+        assert_eq!(s.record(&fast, false, false, 3), None);
+        assert!(s.lock().is_empty());
+        // Late, in time, then late on 5 of 8 (below 6): still used.
         for i in 0..8 {
-            assert_eq!(s.record(&slow, i >= 3, false), None);
-            assert_eq!(s.record(&fast, false, false), None);
+            assert_eq!(s.record(&slow, i == 0 || i >= 4, false, 3), None);
         }
+        // The oldest late one leaves the window as a new one comes: still 5.
+        assert_eq!(s.record(&slow, true, false, 3), None);
         assert_eq!(s.route("a:1", t0), Route::Get);
         // Late on the next GET: 6 of the last 8 late.
-        assert_eq!(s.record(&slow, true, false), Some(Change::Slow));
+        assert_eq!(s.record(&slow, true, false, 3), Some(Change::Slow));
         assert_eq!(s.routed_nodes(), 1);
         assert_eq!(s.route("b:1", t0), Route::Get);
-        // The first routed load after the interval probes; the next within it does not.
+        // The first routed load after the interval probes; none while it runs.
         let later = Instant::now() + PROBE_INTERVAL;
         assert_eq!(s.route("a:1", later), Route::Around { probe: true });
-        assert_eq!(s.route("a:1", later), Route::Around { probe: false });
+        assert_eq!(
+            s.route("a:1", later + PROBE_INTERVAL),
+            Route::Around { probe: false }
+        );
+        s.probe_ended("a:1");
+        assert_eq!(
+            s.route("a:1", later + PROBE_INTERVAL),
+            Route::Around { probe: true }
+        );
         // GETs that started before the routing do not bring it back, nor two probes in time
         // and a late one.
         for _ in 0..EXIT_PROBES {
-            assert_eq!(s.record(&slow, false, false), None);
+            assert_eq!(s.record(&slow, false, false, 3), None);
         }
         for late in [false, false, true, false, false] {
-            assert_eq!(s.record(&slow, late, true), None);
+            assert_eq!(s.record(&slow, late, true, 3), None);
         }
-        assert_eq!(s.record(&slow, false, true), Some(Change::Recovered));
+        assert_eq!(s.record(&slow, false, true, 3), Some(Change::Recovered));
         assert_eq!(s.routed_nodes(), 0);
         assert_eq!(s.route("a:1", later), Route::Get);
         // Back with a clean window: it takes most of 8 GETs late again.
         for _ in 0..WINDOW - 1 {
-            assert_eq!(s.record(&slow, true, false), None);
+            assert_eq!(s.record(&slow, true, false, 3), None);
         }
-        assert_eq!(s.record(&slow, true, false), Some(Change::Slow));
+        assert_eq!(s.record(&slow, true, false, 3), Some(Change::Slow));
+    }
+
+    #[test]
+    fn only_a_minority_of_the_masters_is_routed_around() {
+        let s = SlowNodes::default();
+        let (a, b, only, unknown) = (node("a:1"), node("b:1"), node("c:1"), node("*"));
+        for _ in 0..WINDOW {
+            s.record(&a, true, false, 3);
+            s.record(&b, true, false, 3);
+        }
+        assert_eq!(s.routed_nodes(), 1, "one of three masters, not two");
+        // The only node, or any node while the slot map is unknown (0 masters): never.
+        let s = SlowNodes::default();
+        for _ in 0..WINDOW * 2 {
+            assert_eq!(s.record(&only, true, false, 1), None);
+            assert_eq!(s.record(&unknown, true, false, 0), None);
+        }
+        assert_eq!(s.routed_nodes(), 0);
+    }
+
+    #[test]
+    fn a_routed_node_no_load_asks_for_is_forgotten() {
+        let s = SlowNodes::default();
+        let gone = node("gone:1");
+        for _ in 0..WINDOW {
+            s.record(&gone, true, false, 3);
+        }
+        let t0 = Instant::now();
+        assert!(matches!(s.route("gone:1", t0), Route::Around { .. }));
+        // Its keys moved to another address: loads ask for that one only.
+        assert_eq!(s.route("new:1", t0 + ROUTED_IDLE), Route::Get);
+        assert_eq!(s.routed.load(Ordering::Acquire), 0);
+        assert_eq!(s.route("gone:1", t0 + ROUTED_IDLE), Route::Get);
     }
 
     #[test]
@@ -201,10 +338,10 @@ mod tests {
         let s = SlowNodes::default();
         let sick = node("sick:1");
         for _ in 0..WINDOW {
-            s.record(&sick, true, false);
+            s.record(&sick, true, false, MAX_NODES * 4);
         }
         for i in 0..MAX_NODES * 3 {
-            s.record(&node(&format!("n{i}:1")), false, false);
+            s.record(&node(&format!("n{i}:1")), true, false, MAX_NODES * 4);
         }
         assert!(s.lock().len() <= MAX_NODES);
         // The routed node is kept.

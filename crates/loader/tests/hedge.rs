@@ -351,12 +351,23 @@ async fn a_node_slower_than_the_delay_is_routed_around_until_it_recovers() {
     let cycler = cycle(cluster.nodes[slow].pid(), ms(300), ms(320), stop.clone());
     let (loads, on_sick) = run_lanes(&loader, &urls, &on_slow, Duration::from_secs(3)).await;
     let sick = loader.hedge_stats();
+    // A routed key whose origin fails is still served, from the slow master itself.
+    let i = on_slow.iter().position(|on| *on).unwrap();
+    origin.set(&format!("/h-{i}.png"), Route::status(503));
+    let served = loader.load_detailed(&urls[i], None).await;
+    origin.set(&format!("/h-{i}.png"), Route::ok(images::png(16, 16, i as u32)));
+    let routed_once = loader.hedge_stats().routed_around - sick.routed_around;
     stop.store(true, Ordering::Relaxed);
     cycler.join().unwrap();
     eprintln!("slow: {loads} loads, {on_sick} on the slow master; {sick:?}");
     assert_eq!(
         sick.slow_nodes, 1,
         "the slow master is routed around: {sick:?}"
+    );
+    assert_eq!(
+        (served.unwrap().source, routed_once),
+        (Source::Shared, 1),
+        "a routed load whose origin failed"
     );
     // Without the routing most of them wait the delay, then hedge (a load that joins one in
     // flight neither hedges nor is routed).

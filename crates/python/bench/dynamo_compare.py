@@ -49,6 +49,9 @@ import worker
 
 REPO = Path(__file__).resolve().parents[3]
 IMPLS = ("mmcache", "dynamo", "mmcache-numpy")
+# With --before DIR: the drop-in of an earlier build (DIR holds its `mmcache` package), so one
+# run measures before and after on the same machine, images and cluster.
+BEFORE = "mmcache-before"
 # Loads of one timed pass: memory hits, and shared hits or misses by class (about a second or
 # more of Dynamo's work each on 2 cores).
 MEMORY_LOADS = 16_000
@@ -99,6 +102,11 @@ class Worker:
         self.proc.join(10)
         if self.proc.is_alive():
             self.proc.kill()
+
+
+def before_env(args, name: str) -> dict[str, str]:
+    """The earlier build's worker finds its package first on its path."""
+    return {worker.BEFORE_PATH: str(args.before.resolve())} if name == BEFORE else {}
 
 
 def shared_key(url: str) -> str:
@@ -239,7 +247,7 @@ def report(rounds: dict, floors: dict[str, float]) -> tuple[list[dict], list[dic
     summaries, docs = [], []
     for scenario, cls in cases:
         s = {name: summarize(rounds[(scenario, cls, name)])
-             for name in IMPLS if (scenario, cls, name) in rounds}
+             for name in (*IMPLS, BEFORE) if (scenario, cls, name) in rounds}
         for name, row in s.items():
             summaries.append({"scenario": scenario, "class": cls, "impl": name, **row})
         mm, dyn, npy = s["mmcache"], s["dynamo"], s.get("mmcache-numpy")
@@ -257,6 +265,12 @@ def report(rounds: dict, floors: dict[str, float]) -> tuple[list[dict], list[dic
             note += (f"; numpy API {npy['loads_per_s']:.0f} loads/s "
                      f"({npy['loads_per_s'] / mm['loads_per_s']:.2f}x the PIL drop-in), "
                      f"p99 {npy['p99_ms']:.2f} ms")
+        before = s.get(BEFORE)
+        if before:
+            note += (f"; the earlier build's drop-in {before['loads_per_s']:.0f} loads/s "
+                     f"({before['loads_per_s'] / dyn['loads_per_s']:.3f}x Dynamo), "
+                     f"p50 {before['p50_ms']:.3f} ms, loop-thread CPU "
+                     f"{before['loop_cpu_ms_per_load']:.3f} ms per load")
         if scenario in ("shared", "miss"):
             floor = floors[cls]
             note += (f"; Pillow's decode alone {floor:.2f} ms CPU, so no loader passes "
@@ -306,6 +320,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--recorded", help="the run's `recorded` note (default: the date, the "
                    "machine's CPUs and kernel)")
     p.add_argument("--verbose", action="store_true", help="keep the loaders' log output")
+    p.add_argument("--before", type=Path, help="a folder holding an earlier build's `mmcache` "
+                   f"package: adds `{BEFORE}`, its drop-in, to the implementations")
     a = p.parse_args()
     a.rounds = a.rounds or (2 if a.quick else 5)
     a.recorded = a.recorded or (
@@ -321,6 +337,10 @@ def parse_args() -> argparse.Namespace:
     unknown += [i for i in a.impls if i not in IMPLS]
     if unknown or not {"mmcache", "dynamo"} <= set(a.impls):
         p.error(f"unknown classes or implementations {unknown} (mmcache and dynamo required)")
+    if a.before is not None:
+        if not (a.before / "mmcache" / "__init__.py").is_file():
+            p.error(f"--before {a.before}: no mmcache package there")
+        a.impls.append(BEFORE)
     return a
 
 
@@ -336,7 +356,8 @@ def main() -> int:
         cluster = servers.Cluster()
         env = {"DYN_MM_SHARED_IMAGE_CACHE_ENABLED": "1",
                "DYN_MM_SHARED_IMAGE_CACHE_URL": cluster.url, "DYN_MM_ALLOW_INTERNAL": "1"}
-        workers = [Worker(name, env, args.verbose) for name in args.impls]
+        workers = [Worker(name, {**env, **before_env(args, name)}, args.verbose)
+                   for name in args.impls]
         print(f"origin {origin.base}, cluster {cluster.url}; {args.rounds} rounds at "
               f"concurrency {worker.CONCURRENCY}", file=sys.stderr, flush=True)
         bench = Bench(args, bases, origin, cluster, workers)

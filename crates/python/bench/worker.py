@@ -5,7 +5,8 @@ Implementations:
 * ``dynamo``: Dynamo's ``ImageLoader`` (ai-dynamo 1.6.1 wheel, imported without its compiled
   runtime, as ../../../../shared/DYNAMO-SPEC.md describes), PIL images;
 * ``mmcache``: ``mmcache.dynamo.ImageLoader``, the drop-in, PIL images;
-* ``mmcache-numpy``: ``mmcache.Loader.load``, numpy arrays.
+* ``mmcache-numpy``: ``mmcache.Loader.load``, numpy arrays;
+* ``mmcache-before`` (with ``--before DIR``): the drop-in of an earlier build, from DIR.
 
 Each is built with its defaults from the same ``DYN_MM_*`` variables. The worker keeps one
 event loop for its life and answers commands from its pipe: ``build`` (a loader, warmed by one
@@ -26,6 +27,8 @@ import types
 
 CONCURRENCY = 16
 LOAD_TIMEOUT_SECS = 60.0
+# ``mmcache-before``: the variable naming the folder of an earlier build's ``mmcache``.
+BEFORE_PATH = "MMCACHE_BENCH_BEFORE_PATH"
 
 
 def import_dynamo():
@@ -66,7 +69,9 @@ class Impl:
         if name == "dynamo":
             cls = import_dynamo()
             self.build = cls
-        elif name == "mmcache":
+        elif name in ("mmcache", "mmcache-before"):
+            if name == "mmcache-before":
+                sys.path.insert(0, os.environ[BEFORE_PATH])
             from mmcache.dynamo import ImageLoader
 
             self.build = ImageLoader

@@ -192,10 +192,16 @@ impl SharedCache {
         outcome
     }
 
-    /// The node serving `identity`'s key (`host:port` from the cluster's slot map), or `*` while
-    /// the map is not known yet. Cheap: a slot computation and a shared string.
-    pub fn node_of(&self, identity: &CacheIdentity) -> std::sync::Arc<str> {
-        self.inner.slots.node_for(&entry_key(identity))
+    /// The node serving `identity`'s key (`host:port` from the cluster's slot map), or `None`
+    /// while the map does not know it (before it is first read). Cheap: a slot computation
+    /// and a shared string.
+    pub fn node_of(&self, identity: &CacheIdentity) -> Option<std::sync::Arc<str>> {
+        self.inner.slots.known_node_for(&entry_key(identity))
+    }
+
+    /// The masters of the cluster's slot map as last read (0 until it is first read).
+    pub fn masters(&self) -> usize {
+        self.inner.slots.masters()
     }
 
     /// The breaker state of the node serving `identity`'s key (for tests and dashboards).

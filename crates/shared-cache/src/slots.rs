@@ -25,18 +25,31 @@ pub(crate) struct SlotMap {
 #[derive(Debug, Default)]
 struct Inner {
     ranges: Vec<(u16, u16, Arc<str>)>,
+    /// Distinct nodes of `ranges`: the masters.
+    masters: usize,
     refreshed_at: Option<Instant>,
 }
 
 impl SlotMap {
     pub(crate) fn node_for(&self, key: &str) -> Arc<str> {
+        self.known_node_for(key)
+            .unwrap_or_else(|| Arc::from(UNKNOWN_NODE))
+    }
+
+    /// The node serving `key`, when the map knows it.
+    pub(crate) fn known_node_for(&self, key: &str) -> Option<Arc<str>> {
         let slot = slot_of(key);
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
         inner
             .ranges
             .iter()
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
-            .map_or_else(|| Arc::from(UNKNOWN_NODE), |(_, _, node)| node.clone())
+            .map(|(_, _, node)| node.clone())
+    }
+
+    /// The masters of the map (0 until it is read).
+    pub(crate) fn masters(&self) -> usize {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).masters
     }
 
     pub(crate) fn refreshed_at(&self) -> Option<Instant> {
@@ -49,8 +62,14 @@ impl SlotMap {
     /// Replaces the map with a `CLUSTER SLOTS` reply; ignores replies it cannot read.
     pub(crate) fn update(&self, reply: &redis::Value, now: Instant) {
         let Some(ranges) = parse(reply) else { return };
+        let masters = ranges
+            .iter()
+            .map(|(_, _, node)| node)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         inner.ranges = ranges;
+        inner.masters = masters;
         inner.refreshed_at = Some(now);
     }
 
@@ -139,6 +158,7 @@ mod tests {
         map.update(&reply, Instant::now());
         assert_eq!(&*map.node_for("foo"), "127.0.0.2:7001");
         assert_eq!(&*map.node_for("bar"), "127.0.0.1:7000");
+        assert_eq!(map.masters(), 2);
         map.update(&Value::Nil, Instant::now());
         assert_eq!(
             &*map.node_for("bar"),

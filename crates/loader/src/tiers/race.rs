@@ -45,16 +45,26 @@ impl Tiers {
             return Raced::Cache(cached, outcome);
         }
         let node = shared.node_of(identity);
-        if let Route::Around { probe } = self.hedge.slow.route(&node, Instant::now()) {
+        if let Some(node) = &node
+            && let Route::Around { probe } = self.hedge.slow.route(node, Instant::now())
+        {
             if probe {
-                spawn_probe(&self.hedge, shared, identity, node);
+                spawn_probe(&self.hedge, shared, identity, node.clone());
             }
             self.record_hedge(HedgeOutcome::RoutedAround);
-            return Raced::Origin(
-                self.fetch_and_decode_bytes(url)
-                    .await
-                    .map(FromOrigin::hedged),
-            );
+            return match self.fetch_and_decode_bytes(url).await {
+                Ok(fetched) => Raced::Origin(Ok(fetched.hedged())),
+                // The origin failed: the slow node may still hold the image, and a cache must
+                // not fail a load it could serve. Ask it, as a hedged load does (the GET is
+                // bounded by the operation deadline).
+                Err(e) => match shared.get_with_outcome(identity).await {
+                    (Some(bytes), _) => match self.decode_cached(shared, identity, bytes).await {
+                        Ok(Some(hit)) => Raced::Hit(hit),
+                        _ => Raced::Origin(Err(e)),
+                    },
+                    _ => Raced::Origin(Err(e)),
+                },
+            };
         }
         // The GET times itself in its task: its own latency, not the wake-ups of this one.
         let mut get = tokio::spawn({
@@ -77,14 +87,14 @@ impl Tiers {
         if let Ok(r) = tokio::time::timeout(delay, &mut get).await {
             if let Ok((_, GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took)) = &r {
                 self.hedge.observe(*took);
-                note_lateness(&self.hedge, &node, false, false);
+                note_lateness(&self.hedge, shared, node.as_ref(), false, false);
             }
             let (cached, outcome) = joined(r);
             return Raced::Cache(cached, outcome);
         }
         // Counted now as taking the delay, not later at its real latency (see `observe_late`).
         self.hedge.observe_late(delay);
-        note_lateness(&self.hedge, &node, true, false);
+        note_lateness(&self.hedge, shared, node.as_ref(), true, false);
         if !self.hedge.try_take() {
             self.record_hedge(HedgeOutcome::OverBudget);
             // No hedge budget left: the GET gets up to the cap, then the origin starts all the
@@ -158,40 +168,45 @@ impl Tiers {
 }
 
 /// The GET of a routed load's key, in the background, timed against the hedge delay like any
-/// GET: it feeds the adaptive delay and tells whether the node answers in time again. It runs
-/// in its own task to its end (the I/O timeout), so a hung node's failures still reach its
-/// breaker; the watcher records it as late at the delay.
+/// GET: it feeds the adaptive delay and tells whether the node answers in time again. Late at
+/// the delay, it is recorded so then, and still runs to its end (the I/O timeout at most), so
+/// a hung node's failures reach its breaker; the node's next probe starts only after it.
 fn spawn_probe(hedge: &Arc<Hedge>, shared: &SharedCache, identity: &CacheIdentity, node: Arc<str>) {
     let delay = hedge.current_delay();
-    let get = tokio::spawn({
-        let (shared, identity) = (shared.clone(), identity.clone());
-        async move {
-            let started = Instant::now();
-            let (_, outcome) = shared.get_with_outcome(&identity).await;
-            (outcome, started.elapsed())
-        }
-    });
-    let hedge = hedge.clone();
+    let (hedge, shared, identity) = (hedge.clone(), shared.clone(), identity.clone());
     tokio::spawn(async move {
-        match tokio::time::timeout(delay, get).await {
-            Ok(Ok((GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized, took))) => {
-                hedge.observe(took);
-                note_lateness(&hedge, &node, false, true);
+        let started = Instant::now();
+        let get = shared.get_with_outcome(&identity);
+        tokio::pin!(get);
+        match tokio::time::timeout(delay, &mut get).await {
+            Ok((_, GetOutcome::Hit | GetOutcome::Miss | GetOutcome::Oversized)) => {
+                hedge.observe(started.elapsed());
+                note_lateness(&hedge, &shared, Some(&node), false, true);
             }
             // Failed or skipped at once (its breaker is open): nothing about its latency.
             Ok(_) => {}
             Err(_) => {
                 hedge.observe_late(delay);
-                note_lateness(&hedge, &node, true, true);
+                note_lateness(&hedge, &shared, Some(&node), true, true);
+                let _ = get.await;
             }
         }
+        hedge.slow.probe_ended(&node);
     });
 }
 
-/// Records a GET's lateness for its node, and logs when the node starts or stops being routed
-/// around (a warning at most once per [`SLOW_WARN_INTERVAL`](crate::slow_nodes::SLOW_WARN_INTERVAL), else at debug).
-fn note_lateness(hedge: &Hedge, node: &Arc<str>, late: bool, probe: bool) {
-    let Some(change) = hedge.slow.record(node, late, probe) else {
+/// Records a GET's lateness for its node (when the slot map knows it), and logs when the node
+/// starts or stops being routed around (a warning at most once per
+/// [`SLOW_WARN_INTERVAL`](crate::slow_nodes::SLOW_WARN_INTERVAL), else at debug).
+fn note_lateness(
+    hedge: &Hedge,
+    shared: &SharedCache,
+    node: Option<&Arc<str>>,
+    late: bool,
+    probe: bool,
+) {
+    let Some(node) = node else { return };
+    let Some(change) = hedge.slow.record(node, late, probe, shared.masters()) else {
         return;
     };
     let loud = hedge.slow.may_warn(Instant::now());
