@@ -52,6 +52,15 @@ fn the_recipe_user_passes_every_step_and_leaves_nothing_behind() {
             );
         }
     }
+    // An embedding compute also renews its lease, or leaves the not-stored marker.
+    for step in ["renew", "abandon"] {
+        assert!(
+            stdout.lines().any(|l| l.contains("mmcache:emb:v1:*")
+                && l.contains(&format!(" {step} ("))
+                && l.ends_with(": ok")),
+            "no ok embedding {step}: {stdout}"
+        );
+    }
     assert!(
         stdout.contains("GETRANGE") && stdout.contains("EVAL"),
         "{stdout}"
@@ -121,6 +130,17 @@ fn each_missing_command_is_named() {
         assert_eq!(code, Some(DENIED), "{rule}: {stdout}{stderr}");
         assert!(stdout.contains(denied), "{rule}: {stdout}");
     }
+    // Without PEXPIRE an embedding lease lapses mid-compute: the renew step is denied (a
+    // script's refused call; Redis 7.0 does not name it, so the denial names EVAL).
+    let url = as_user(&cluster, &recipe.without("+pexpire"));
+    let (code, stdout, stderr) = doctor(&url);
+    assert_eq!(code, Some(DENIED), "+pexpire: {stdout}{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.contains("mmcache:emb:v1:*")
+            && l.contains(" renew (")
+            && l.contains("DENIED")),
+        "+pexpire: {stdout}"
+    );
     // A wrong password: the credentials, not an unreachable cluster.
     let url = cluster.url_as(&recipe.user, "wrong");
     let (code, stdout, stderr) = doctor(&url);

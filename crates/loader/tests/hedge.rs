@@ -355,7 +355,10 @@ async fn a_node_slower_than_the_delay_is_routed_around_until_it_recovers() {
     let i = on_slow.iter().position(|on| *on).unwrap();
     origin.set(&format!("/h-{i}.png"), Route::status(503));
     let served = loader.load_detailed(&urls[i], None).await;
-    origin.set(&format!("/h-{i}.png"), Route::ok(images::png(16, 16, i as u32)));
+    origin.set(
+        &format!("/h-{i}.png"),
+        Route::ok(images::png(16, 16, i as u32)),
+    );
     let routed_once = loader.hedge_stats().routed_around - sick.routed_around;
     stop.store(true, Ordering::Relaxed);
     cycler.join().unwrap();

@@ -120,7 +120,7 @@ pub(crate) fn describe(e: &redis::RedisError, sent: &[&str], key: Option<&str>) 
         Refused::Command
     };
     let command = match (refused, named) {
-        (Refused::Credentials, _) => "AUTH".to_owned(),
+        (Refused::Credentials, _) => CREDENTIALS.to_owned(),
         (_, Some(named)) => named,
         _ => sent.first().copied().unwrap_or("?").to_owned(),
     };
@@ -146,6 +146,15 @@ pub(crate) fn key_prefix(key: &str) -> String {
         .or_else(|| key.rfind(':').map(|i| i + 1))
         .unwrap_or(0);
     key[..end].to_owned()
+}
+
+/// The command a credentials denial names: its gate holds back every operation on its key
+/// space, and any success there closes it.
+const CREDENTIALS: &str = "AUTH";
+
+/// The gates an operation sending `sent` passes: one per command, and the credentials gate.
+fn gated<'a>(sent: &'a [&'a str]) -> impl Iterator<Item = &'a str> {
+    sent.iter().copied().chain(std::iter::once(CREDENTIALS))
 }
 
 /// The gates of denied commands, one per command and key space.
@@ -188,7 +197,7 @@ impl Gates {
         let prefix = key_prefix(key);
         let mut probes = Vec::new();
         let mut skip = false;
-        for command in sent {
+        for command in gated(sent) {
             let gate = Self::gate(command, &prefix);
             match self.breakers.admit(&gate, now).0 {
                 Admit::Run => {}
@@ -211,7 +220,7 @@ impl Gates {
             return;
         }
         let prefix = key_prefix(key);
-        for command in sent {
+        for command in gated(sent) {
             let gate = Self::gate(command, &prefix);
             if self.breakers.on_success(&gate).is_some() {
                 self.lock().remove(&gate);
@@ -309,6 +318,27 @@ mod tests {
         assert_eq!(gates.admit(&read, key, fixed), Some(probe));
         gates.on_success(&read, key);
         assert_eq!(gates.admit(&read, key, fixed), Some(vec![]));
+        assert!(gates.denials().is_empty() && gates.is_idle());
+    }
+
+    #[test]
+    fn a_credentials_denial_holds_back_its_key_space_until_a_success_there() {
+        // NOAUTH/WRONGPASS on an operation (a password rotated while a node reconnects) names
+        // AUTH, which no operation sends: its gate must still hold them back and close.
+        let gates = Gates::new();
+        let t0 = Instant::now();
+        let key = "dynamo:mm:image:{x}:bytes";
+        let denial = Denial {
+            command: CREDENTIALS.into(),
+            key_prefix: Some(key_prefix(key)),
+            refused: Refused::Credentials,
+        };
+        assert!(gates.on_denied(&denial, t0));
+        assert_eq!(gates.admit(&["SET"], key, t0), None, "skipped");
+        let later = t0 + DENIED_COOLDOWN;
+        let probe = gates.admit(&["SET"], key, later).expect("a probe");
+        assert_eq!(probe, vec!["AUTH dynamo:mm:image:".to_owned()]);
+        gates.on_success(&["SET"], key);
         assert!(gates.denials().is_empty() && gates.is_idle());
     }
 }

@@ -33,8 +33,10 @@ impl SharedCache {
     /// Room for a write of `len` bytes of the caller's own in the write queue's bounds (its
     /// entries and bytes, which image writes count too), held until the returned reservation
     /// drops; `None` when the queue is full: the caller drops its write (and counts it).
+    /// Such writes get the queue's first half only (in entries and bytes): image writes
+    /// always have the other half, however many large values are on their way.
     pub fn reserve_write(&self, len: usize) -> Option<WriteRoom> {
-        self.inner.queue.reserve(len)
+        self.inner.queue.reserve_share(len, 2)
     }
 
     /// `SET key bytes PX ttl`. No size cap of the image entries applies: the caller bounds

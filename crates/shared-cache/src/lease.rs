@@ -189,11 +189,11 @@ pub enum LeaseHolder {
     Unknown,
 }
 
-/// A token that tells this lease holder apart from others (time and a process counter).
+/// A token that tells this lease holder apart from others: a process counter and the time,
+/// under std's randomly keyed hasher (pids repeat across containers; the keys do not).
 fn lease_token() -> u64 {
+    use std::hash::BuildHasher;
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ (u64::from(std::process::id()) << 32) ^ NEXT.fetch_add(1, Ordering::Relaxed)
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::collections::hash_map::RandomState::new().hash_one((n, std::time::SystemTime::now()))
 }

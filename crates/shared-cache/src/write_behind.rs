@@ -67,10 +67,20 @@ impl Queue {
     /// Reserves room for a write of `len` bytes against the queue's bounds; `None` when full.
     /// The room is given back when the returned reservation drops.
     pub(crate) fn reserve(&self, len: usize) -> Option<WriteRoom> {
+        self.reserve_share(len, 1)
+    }
+
+    /// [`Queue::reserve`] within the first `1 / divisor` of the bounds (the whole queue
+    /// counted, whoever holds it).
+    pub(crate) fn reserve_share(&self, len: usize, divisor: usize) -> Option<WriteRoom> {
+        let (max_n, max_b) = (
+            self.config.max_queued / divisor,
+            self.config.max_queued_bytes / divisor,
+        );
         // Reserve first, so concurrent writers cannot overshoot the bounds.
         let n = self.pending.count.fetch_add(1, Ordering::AcqRel);
         let b = self.pending.bytes.fetch_add(len, Ordering::AcqRel);
-        if n >= self.config.max_queued || b + len > self.config.max_queued_bytes {
+        if n >= max_n || b + len > max_b {
             self.pending.done(len);
             return None;
         }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use mmcache_scope::{CacheIdentity, EmbeddingKey, EmbeddingKeyInput};
 use mmcache_shared_cache::{
-    Denial, GetOutcome, LeaseOutcome, SharedCache, SharedCacheStats, WriteOutcome, commands,
+    Denial, GetOutcome, LeaseHolder, LeaseOutcome, Refused, SharedCache, SharedCacheStats,
+    WriteOutcome, commands,
 };
 
 use crate::embeddings::fleet;
@@ -90,9 +91,28 @@ pub(super) async fn run(cache: &SharedCache) -> Vec<Step> {
     match cache.try_lease_key(&lease, TTL).await {
         LeaseOutcome::Won(token) => {
             check.ok(EMBEDDINGS, "lease", commands::SET);
+            // A compute renews its lease while it runs.
+            match cache.renew_lease_key(&lease, token, TTL).await {
+                Some(true) => check.ok(EMBEDDINGS, "renew", commands::RENEW),
+                _ => check.failed(EMBEDDINGS, "renew", commands::RENEW, "not renewed"),
+            }
             let released = cache.release_lease_key(&lease, token).await;
             let left = still_there(cache.get_key(&lease, 64).await.1);
             check.release(EMBEDDINGS, released, left);
+            // A compute whose value will not be stored leaves the not-stored marker.
+            if let LeaseOutcome::Won(token) = cache.try_lease_key(&lease, TTL).await {
+                cache.abandon_lease_key(&lease, token, TTL).await;
+                match cache.lease_holder(&lease).await {
+                    LeaseHolder::NotStored => check.ok(EMBEDDINGS, "abandon", commands::ABANDON),
+                    _ => check.failed(
+                        EMBEDDINGS,
+                        "abandon",
+                        commands::ABANDON,
+                        "the not-stored marker is not there",
+                    ),
+                }
+                let _ = cache.delete_key(&lease).await;
+            }
         }
         other => check.lease(EMBEDDINGS, other),
     }
@@ -161,7 +181,12 @@ impl Check<'_> {
             .into_iter()
             .find(|d| match &d.key_prefix {
                 None => true,
-                Some(prefix) => prefix == key_space && commands.contains(&d.command.as_str()),
+                // A credentials denial (AUTH) refuses every command of its key space.
+                Some(prefix) => {
+                    prefix == key_space
+                        && (d.refused == Refused::Credentials
+                            || commands.contains(&d.command.as_str()))
+                }
             });
         let result = match denial {
             Some(d) => StepResult::Denied(d),

@@ -40,10 +40,16 @@ impl HeldLease {
     fn start(shared: &SharedCache, key: String, token: u64, ttl: Duration) -> Self {
         let (s, k) = (shared.clone(), key.clone());
         let renewal = tokio::spawn(async move {
+            // On a fixed cadence, each renewal bounded by the period: one slow answer must not
+            // push the next renewal past the lease's expiry.
+            let period = ttl / RENEWALS_PER_TTL;
+            let mut next = tokio::time::Instant::now();
             loop {
-                tokio::time::sleep(ttl / RENEWALS_PER_TTL).await;
+                next += period;
+                tokio::time::sleep_until(next).await;
+                let renewed = tokio::time::timeout(period, s.renew_lease_key(&k, token, ttl));
                 // Someone else's, or lapsed: nothing left to renew. No answer: try again.
-                if s.renew_lease_key(&k, token, ttl).await == Some(false) {
+                if renewed.await.ok().flatten() == Some(false) {
                     return;
                 }
             }
