@@ -104,6 +104,10 @@ def test_the_pixel_layout_variable_is_read_and_checked(monkeypatch):
     monkeypatch.setenv("MMCACHE_PIXEL_LAYOUT", "rgba")
     with pytest.raises(mmcache.ConfigError, match="MMCACHE_PIXEL_LAYOUT"):
         mmcache.Loader.from_env()
+    # Blank (a ConfigMap's empty value) is unset: Pillow's layout, not 3 bytes a pixel.
+    monkeypatch.setenv("MMCACHE_PIXEL_LAYOUT", "  ")
+    assert "pixel_layout: Rgbx," in repr(mmcache.Loader.from_env())
+    assert "pixel_layout: Rgbx," in repr(mmcache.Loader(environ={"MMCACHE_PIXEL_LAYOUT": ""}))
     assert mmcache._native.SETTINGS["pixel_layout"] == "MMCACHE_PIXEL_LAYOUT"
 
 
@@ -126,7 +130,23 @@ def writes(img: Image.Image) -> dict[str, callable]:
         "ImageDraw": lambda: ImageDraw.Draw(img).point((2, 2), fill=(1, 2, 3)),
         "load()[x, y] =": lambda: img.load().__setitem__((2, 2), (1, 2, 3)),
         "floodfill": lambda: ImageDraw.floodfill(img, (2, 2), (1, 2, 3)),
+        # Pillow's frombytes writes through the image's core, past its read-only flag.
+        "frombytes": lambda: img.frombytes(frombytes_with(img, (2, 2), (1, 2, 3))),
+        "putdata": lambda: img.putdata(list_with(img, (2, 2), (1, 2, 3))),
     }
+
+
+def list_with(img: Image.Image, xy: tuple[int, int], color) -> list:
+    """The image's pixels, with `xy` set to `color`."""
+    raw = img.tobytes()
+    data = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    data[xy[1] * img.width + xy[0]] = color
+    return data
+
+
+def frombytes_with(img: Image.Image, xy: tuple[int, int], color) -> bytes:
+    """The image's RGB bytes, with `xy` set to `color`."""
+    return bytes(b for px in list_with(img, xy, color) for b in px)
 
 
 def leaked_writes(load_image) -> list[str]:
@@ -149,6 +169,22 @@ def test_writes_to_a_returned_image_never_reach_the_cache(origin, path):
     loader = drop_in()
     assert leaked_writes(lambda: loader.load_image(url)) == []
     assert origin.count(url.removeprefix(origin.base)) == 1, "every later load was a hit"
+
+
+def test_an_arrow_export_of_a_returned_image_holds_its_pixels(origin, path):
+    """Pillow 11.3 to 12.3 crash exporting an image over a foreign buffer: there the export
+    is of a copy (this test then kills the process without the fix); 13 exports the image."""
+    url = origin.image(path(), encoded("png"))
+    loader = drop_in()
+    img = run(loader.load_image(url))
+    again = Image.fromarrow(img, "RGB", img.size)
+    assert again.tobytes() == img.tobytes()
+    # Reads through load() see the pixels; a write through it is the caller's alone.
+    access = img.load()
+    assert access[2, 2] == img.getpixel((2, 2))
+    access[2, 2] = (9, 9, 9)
+    assert access[2, 2] == (9, 9, 9) and img.getpixel((2, 2)) == (9, 9, 9)
+    assert run(loader.load_image(url)).getpixel((2, 2)) != (9, 9, 9)
 
 
 def test_the_write_check_catches_a_loader_that_shares_its_image(origin, path):

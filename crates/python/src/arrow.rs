@@ -2,7 +2,7 @@
 //! `Image.fromarrow` maps a PIL image onto the cached pixels without a copy.
 //!
 //! The export is one flat `uint8` array (format `"C"`, no validity bitmap) over the whole
-//! buffer. Pillow (11.2.1 and later) accepts it for a mode whose pixels take 4 bytes when the
+//! buffer. Pillow (11.3 and later) accepts it for a mode whose pixels take 4 bytes when the
 //! array holds `4 * width * height` values, borrows the buffer row by row, keeps the array's
 //! capsule as long as its image lives, and marks the image read-only. The capsule's destructor
 //! releases the array, which drops our hold on the image.

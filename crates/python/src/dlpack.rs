@@ -20,6 +20,8 @@ use crate::tensor::{DL_BFLOAT, DL_CPU, DL_FLOAT, DlTensor};
 const READ_ONLY: u64 = 1;
 /// `DLPACK_FLAG_BITMASK_IS_COPIED`: the bytes are a copy made for this consumer.
 const IS_COPIED: u64 = 2;
+/// Copies from this size on run with the GIL released.
+const COPY_OFF_THE_GIL: usize = 1 << 20;
 
 /// DLPack 1.0's `DLManagedTensorVersioned` (capsule `dltensor_versioned`).
 #[repr(C)]
@@ -115,13 +117,19 @@ pub(crate) fn export<'py>(
     let data = if shared {
         Data::Shared(embedding.clone())
     } else {
-        // Off the GIL: a value may be tens of MB.
+        // 8-byte words: an aligned copy. Off the GIL when large (a value may be tens of MB);
+        // a small one copies faster than the GIL is given back and taken again.
         let bytes = embedding.bytes().clone();
-        Data::Copy(py.detach(move || {
+        let copy = move || {
             let mut words = vec![0u64; bytes.len().div_ceil(8)];
             bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
             words
-        }))
+        };
+        Data::Copy(if embedding.bytes().len() >= COPY_OFF_THE_GIL {
+            py.detach(copy)
+        } else {
+            copy()
+        })
     };
     let mut owner = Box::new(Owner { data, shape });
     let ptr: *mut c_void = match &mut owner.data {

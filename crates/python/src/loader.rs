@@ -59,9 +59,11 @@ impl Loader {
         settings: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         // Pillow's layout unless the environment read names one (a keyword wins over both).
+        // A blank value is unset, as the settings read it.
+        let named = |v: Option<&str>| v.is_some_and(|v| !v.trim().is_empty());
         let layout_set = match (&environ, env) {
-            (Some(vars), _) => vars.contains_key(env::PIXEL_LAYOUT),
-            (None, true) => std::env::var_os(env::PIXEL_LAYOUT).is_some(),
+            (Some(vars), _) => named(vars.get(env::PIXEL_LAYOUT).map(String::as_str)),
+            (None, true) => named(std::env::var(env::PIXEL_LAYOUT).ok().as_deref()),
             (None, false) => false,
         };
         let builder = match (env, environ) {

@@ -38,7 +38,7 @@ import math
 import os
 import weakref
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Optional
 from urllib.parse import urlsplit
 
 import numpy
@@ -158,21 +158,24 @@ def _http_timeout(default: float) -> float:
 
 
 class _PixelAccess:
-    """What ``load()`` returns for a PIL image over cached pixels while they are shared: a
-    pixel access that reads and writes through the image's ``getpixel`` and ``putpixel``, so
-    the first write copies the pixels (Pillow's copy-on-write of a read-only image) instead of
-    failing as Pillow's own read-only access would."""
+    """What ``load()`` returns for a PIL image over cached pixels while they are shared: reads
+    go through Pillow's own (read-only) pixel access, at its speed; a write goes through the
+    image's ``putpixel``, so it first copies the pixels (Pillow's copy-on-write of a read-only
+    image) instead of failing as Pillow's read-only access would, and later reads use the
+    copy's access."""
 
-    __slots__ = ("_image",)
+    __slots__ = ("_image", "_read")
 
-    def __init__(self, image: Image.Image) -> None:
+    def __init__(self, image: Image.Image, native: Any) -> None:
         self._image = image
+        self._read = native
 
     def __getitem__(self, xy: Any) -> Any:
-        return self._image.getpixel(xy)
+        return self._read[xy]
 
     def __setitem__(self, xy: Any, color: Any) -> None:
         self._image.putpixel(xy, color)
+        self._read = Image.Image.load(self._image)
 
     getpixel = __getitem__
     putpixel = __setitem__
@@ -190,10 +193,49 @@ class _SharedLoad:
 
     def __call__(self) -> Any:
         image = self._image()
-        access = Image.Image.load(image)  # type: ignore[arg-type]
-        if access is None or image is None or not image.readonly:
+        if image is None:
+            raise ReferenceError("the image of this load() is gone")
+        access = Image.Image.load(image)
+        if access is None or not image.readonly:
             return access  # after a write the image owns its pixels: Pillow's own access
-        return _PixelAccess(image)
+        return _PixelAccess(image, access)
+
+
+class _CopyFirst:
+    """An image method that writes through the image's core past its read-only flag (Pillow's
+    ``frombytes``): bound to an image over cached pixels, it first gives the image pixels of
+    its own, as Pillow's other writes do. Holds the image weakly, as :class:`_SharedLoad`."""
+
+    __slots__ = ("_image", "_method")
+
+    def __init__(self, image: Image.Image, method: Any) -> None:
+        self._image = weakref.ref(image)
+        self._method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        image = self._image()
+        if image is None:
+            raise ReferenceError("the image of this method is gone")
+        image._ensure_mutable()
+        return self._method(image, *args, **kwargs)
+
+
+def _arrow_export_of_a_copy(image: Image.Image) -> Any:
+    """``__arrow_c_array__`` for Pillow before 13, whose export of an image over a foreign
+    buffer crashes the process: it exports a copy (an Arrow consumer gets the same pixels)."""
+    ref = weakref.ref(image)
+
+    def export(requested_schema: Any = None) -> Any:
+        target = ref()
+        if target is None:
+            raise ReferenceError("the image of this export is gone")
+        return target.copy().__arrow_c_array__(requested_schema)
+
+    return export
+
+
+# Pillow 13 exports an image over a foreign buffer; 11.3 to 12.3 crash (tests/python/test_pil.py).
+_ARROW_EXPORT_SAFE = tuple(int(p) for p in Image.__version__.split(".")[:1]) >= (13,)
 
 
 _fallback_logged = False
@@ -202,28 +244,41 @@ _fallback_logged = False
 def pil_image(pixels: _native.Pixels) -> Image.Image:
     """A ``PIL.Image`` (mode ``RGB``) of an image's pixels, without a copy where it can be.
 
-    With Pillow's layout (``pixel_layout="rgbx"``, the default) and Pillow 11.2.1 or later,
+    With Pillow's layout (``pixel_layout="rgbx"``, the default) and Pillow 11.3 or later,
     ``Image.fromarrow`` maps the image onto the cached pixels: nothing is copied, whatever the
     size. The image is read-only to its caller: ``putpixel``, ``paste``, ``ImageDraw`` and
-    ``image.load()[x, y] = ...`` first copy its pixels (as Pillow does for any read-only image)
-    and change that image only; the cache and every other caller keep the original pixels.
+    ``image.load()[x, y] = ...`` and ``frombytes`` first copy its pixels (as Pillow does for any
+    read-only image) and change that image only; the cache and every other caller keep the
+    original pixels. (``ImageCms.applyTransform(image, t, inPlace=True)`` writes through Pillow's
+    core past the read-only flag: copy the image first.) Before Pillow 13, an Arrow export of
+    the image (``__arrow_c_array__``) exports a copy: those versions crash exporting an image
+    over a foreign buffer.
     Otherwise (``pixel_layout="rgb"``, or a Pillow without ``fromarrow``) the image is a copy
     of the same pixels, said once in the log.
     """
     fromarrow = getattr(Image, "fromarrow", None)
+    refused: Optional[ValueError] = None
     if fromarrow is not None and pixels.layout == "rgbx":
-        image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
-        image.readonly = 1
-        image.load = _SharedLoad(image)  # type: ignore[method-assign]
-        return image
+        try:
+            image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
+        except ValueError as exc:  # a Pillow whose fromarrow takes no flat uint8 array
+            refused = exc
+        else:
+            image.readonly = 1
+            image.load = _SharedLoad(image)  # type: ignore[method-assign]
+            image.frombytes = _CopyFirst(image, Image.Image.frombytes)  # type: ignore[method-assign]
+            if not _ARROW_EXPORT_SAFE:
+                image.__arrow_c_array__ = _arrow_export_of_a_copy(image)  # type: ignore[method-assign]
+            return image
     global _fallback_logged
     if not _fallback_logged:
         _fallback_logged = True
-        reason = (
-            "the loader keeps 3 bytes a pixel (pixel_layout='rgb')"
-            if pixels.layout != "rgbx"
-            else f"Pillow {Image.__version__} has no Image.fromarrow (11.2.1 or later has)"
-        )
+        if pixels.layout != "rgbx":
+            reason = "the loader keeps 3 bytes a pixel (pixel_layout='rgb')"
+        elif refused is not None:
+            reason = f"Pillow {Image.__version__}'s Image.fromarrow refused them ({refused})"
+        else:
+            reason = f"Pillow {Image.__version__} has no Image.fromarrow (11.3 or later has)"
         logger.info("mmcache.dynamo copies each PIL image: %s", reason)
     return Image.fromarray(numpy.asarray(pixels))
 
