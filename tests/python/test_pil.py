@@ -187,6 +187,23 @@ def test_an_arrow_export_of_a_returned_image_holds_its_pixels(origin, path):
     assert run(loader.load_image(url)).getpixel((2, 2)) != (9, 9, 9)
 
 
+@pytest.mark.parametrize("how", list(writes(Image.new("RGB", (1, 1)))))
+def test_an_earlier_pixel_access_reads_what_a_later_write_wrote(origin, path, how):
+    """load() taken before any write, then a write by another route (which gives the image
+    pixels of its own): the earlier access reads and writes the image's pixels, not the
+    cached ones."""
+    url = origin.image(path(), encoded("png"))
+    loader = drop_in()
+    img = run(loader.load_image(url))
+    access = img.load()
+    original = access[2, 2]
+    writes(img)[how]()
+    assert access[2, 2] == (1, 2, 3) == img.getpixel((2, 2))
+    access[3, 3] = (4, 5, 6)
+    assert img.getpixel((3, 3)) == (4, 5, 6)
+    assert run(loader.load_image(url)).getpixel((2, 2)) == original
+
+
 def test_the_write_check_catches_a_loader_that_shares_its_image(origin, path):
     """The check above can fail: against Dynamo's behaviour (its LRU hands every caller the
     one cached PIL object, DYNAMO-SPEC §2.6) every write leaks."""

@@ -159,23 +159,34 @@ def _http_timeout(default: float) -> float:
 
 class _PixelAccess:
     """What ``load()`` returns for a PIL image over cached pixels while they are shared: reads
-    go through Pillow's own (read-only) pixel access, at its speed; a write goes through the
-    image's ``putpixel``, so it first copies the pixels (Pillow's copy-on-write of a read-only
-    image) instead of failing as Pillow's read-only access would, and later reads use the
-    copy's access."""
+    go through Pillow's own (read-only) pixel access, at its speed; the first write goes
+    through the image's ``putpixel``, so it first copies the pixels (Pillow's copy-on-write of
+    a read-only image) instead of failing as Pillow's read-only access would. Once the image
+    has pixels of its own (by this access or by any other write: ``paste``, ``ImageDraw``),
+    reads and writes use Pillow's access to them, so no read sees the pixels from before."""
 
-    __slots__ = ("_image", "_read")
+    __slots__ = ("_image", "_core", "_access")
 
     def __init__(self, image: Image.Image, native: Any) -> None:
         self._image = image
-        self._read = native
+        self._core = image.im
+        self._access = native
+
+    def _current(self) -> Any:
+        image = self._image
+        if image.im is not self._core:  # written since: Pillow's access to the new pixels
+            self._core = image.im
+            self._access = Image.Image.load(image)
+        return self._access
 
     def __getitem__(self, xy: Any) -> Any:
-        return self._read[xy]
+        return self._current()[xy]
 
     def __setitem__(self, xy: Any, color: Any) -> None:
-        self._image.putpixel(xy, color)
-        self._read = Image.Image.load(self._image)
+        if self._image.readonly:
+            self._image.putpixel(xy, color)  # copies the shared pixels first
+        else:
+            self._current()[xy] = color
 
     getpixel = __getitem__
     putpixel = __setitem__
@@ -239,6 +250,7 @@ _ARROW_EXPORT_SAFE = tuple(int(p) for p in Image.__version__.split(".")[:1]) >= 
 
 
 _fallback_logged = False
+_fromarrow_refused = False
 
 
 def pil_image(pixels: _native.Pixels) -> Image.Image:
@@ -256,13 +268,15 @@ def pil_image(pixels: _native.Pixels) -> Image.Image:
     Otherwise (``pixel_layout="rgb"``, or a Pillow without ``fromarrow``) the image is a copy
     of the same pixels, said once in the log.
     """
+    global _fromarrow_refused
     fromarrow = getattr(Image, "fromarrow", None)
     refused: Optional[ValueError] = None
-    if fromarrow is not None and pixels.layout == "rgbx":
+    if fromarrow is not None and pixels.layout == "rgbx" and not _fromarrow_refused:
         try:
             image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
         except ValueError as exc:  # a Pillow whose fromarrow takes no flat uint8 array
             refused = exc
+            _fromarrow_refused = True  # it will refuse every image: no second try
         else:
             image.readonly = 1
             image.load = _SharedLoad(image)  # type: ignore[method-assign]
