@@ -141,6 +141,13 @@ fn each_missing_command_is_named() {
             && l.contains("DENIED")),
         "+pexpire: {stdout}"
     );
+    // The release, tried before the renew, still works: the renew's denial hides nothing.
+    assert!(
+        stdout.lines().any(|l| l.contains("mmcache:emb:v1:*")
+            && l.contains(" release (")
+            && l.ends_with(": ok")),
+        "+pexpire: {stdout}"
+    );
     // A wrong password: the credentials, not an unreachable cluster.
     let url = cluster.url_as(&recipe.user, "wrong");
     let (code, stdout, stderr) = doctor(&url);
