@@ -70,12 +70,14 @@ impl Queue {
         self.reserve_share(len, 1)
     }
 
-    /// [`Queue::reserve`] within the first `1 / divisor` of the bounds (the whole queue
-    /// counted, whoever holds it).
+    /// [`Queue::reserve`] within the first `1 / divisor` of both bounds, writes and bytes
+    /// (the whole queue counted, whoever holds it); a share of a bound that is not zero is
+    /// never below 1, so a one-write queue still takes a write of the share.
     pub(crate) fn reserve_share(&self, len: usize, divisor: usize) -> Option<WriteRoom> {
+        let share = |bound: usize| (bound / divisor.max(1)).max(bound.min(1));
         let (max_n, max_b) = (
-            self.config.max_queued / divisor,
-            self.config.max_queued_bytes / divisor,
+            share(self.config.max_queued),
+            share(self.config.max_queued_bytes),
         );
         // Reserve first, so concurrent writers cannot overshoot the bounds.
         let n = self.pending.count.fetch_add(1, Ordering::AcqRel);
@@ -115,5 +117,41 @@ pub struct WriteRoom {
 impl Drop for WriteRoom {
     fn drop(&mut self) {
         self.pending.done(self.len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(max_queued: usize, max_queued_bytes: usize) -> Queue {
+        Queue::new(WriteBehindConfig {
+            max_queued,
+            max_queued_bytes,
+            ..WriteBehindConfig::default()
+        })
+    }
+
+    #[test]
+    fn a_share_holds_half_the_bounds_and_never_rounds_to_nothing() {
+        let q = queue(4, 100);
+        let a = q.reserve_share(30, 2).expect("the first write of the half");
+        assert!(
+            q.reserve_share(30, 2).is_none(),
+            "60 bytes is past half of 100"
+        );
+        let b = q
+            .reserve_share(10, 2)
+            .expect("40 bytes, 2 writes: within half");
+        assert!(q.reserve_share(1, 2).is_none(), "2 writes is half of 4");
+        assert!(q.reserve(10).is_some(), "the other half is the images'");
+        drop((a, b));
+        // One write, one byte: the half of each is 1, not 0.
+        let tiny = queue(1, 1);
+        assert!(tiny.reserve_share(1, 2).is_some());
+        assert!(
+            queue(0, 100).reserve_share(1, 2).is_none(),
+            "a zero bound stays zero"
+        );
     }
 }

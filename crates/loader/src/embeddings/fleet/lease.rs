@@ -25,6 +25,8 @@ use crate::embeddings::metrics::{LeaseOutcome as LeaseLabel, LeaseWait};
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// Renewals per lease TTL.
 const RENEWALS_PER_TTL: u32 = 3;
+/// Shortest pause between two renewals, whatever the TTL.
+const MIN_RENEWAL_PERIOD: Duration = Duration::from_millis(10);
 
 /// A lease this process holds, renewed in a task of its own until it is given back (or this
 /// is dropped: a holder that dies stops renewing, and its lease lapses).
@@ -41,11 +43,13 @@ impl HeldLease {
         let (s, k) = (shared.clone(), key.clone());
         let renewal = tokio::spawn(async move {
             // On a fixed cadence, each renewal bounded by the period: one slow answer must not
-            // push the next renewal past the lease's expiry.
-            let period = ttl / RENEWALS_PER_TTL;
+            // push the next renewal past the lease's expiry (after a renewal that timed out,
+            // the next one starts at once). After a stall (a starved runtime) it is one
+            // renewal, not a burst of the missed ones; a tiny TTL makes no busy loop.
+            let period = (ttl / RENEWALS_PER_TTL).max(MIN_RENEWAL_PERIOD);
             let mut next = tokio::time::Instant::now();
             loop {
-                next += period;
+                next = (next + period).max(tokio::time::Instant::now());
                 tokio::time::sleep_until(next).await;
                 let renewed = tokio::time::timeout(period, s.renew_lease_key(&k, token, ttl));
                 // Someone else's, or lapsed: nothing left to renew. No answer: try again.
