@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::hedge::Hedge;
 use crate::loaded::Loaded;
 use crate::metrics::HedgeOutcome;
-use crate::slow_nodes::{Change, Route};
+use crate::slow_nodes::{Change, Probe, Route};
 
 /// How a hedged GET ended.
 pub(super) enum Raced {
@@ -174,7 +174,9 @@ impl Tiers {
 fn spawn_probe(hedge: &Arc<Hedge>, shared: &SharedCache, identity: &CacheIdentity, node: Arc<str>) {
     let delay = hedge.current_delay();
     let (hedge, shared, identity) = (hedge.clone(), shared.clone(), identity.clone());
+    let probe = Probe::new(hedge.clone(), node.clone());
     tokio::spawn(async move {
+        let _probe = probe; // however the task ends, the node's next probe may start
         let started = Instant::now();
         let get = shared.get_with_outcome(&identity);
         tokio::pin!(get);
@@ -191,7 +193,6 @@ fn spawn_probe(hedge: &Arc<Hedge>, shared: &SharedCache, identity: &CacheIdentit
                 let _ = get.await;
             }
         }
-        hedge.slow.probe_ended(&node);
     });
 }
 
@@ -206,7 +207,7 @@ fn note_lateness(
     probe: bool,
 ) {
     let Some(node) = node else { return };
-    let Some(change) = hedge.slow.record(node, late, probe, shared.masters()) else {
+    let Some(change) = hedge.slow.record(node, late, probe, || shared.masters()) else {
         return;
     };
     let loud = hedge.slow.may_warn(Instant::now());
