@@ -16,7 +16,7 @@ use pyo3_async_runtimes::TaskLocals;
 use pyo3_async_runtimes::generic::{future_into_py_with_locals, get_current_locals};
 
 use crate::runtime::{self, PerProcess};
-use crate::{errors, tensor};
+use crate::{errors, exit, tensor};
 
 /// The loader's embedding caches (`loader.embeddings`).
 #[pyclass(frozen, module = "mmcache._native")]
@@ -234,7 +234,7 @@ async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding
     // is dropped while that thread still runs (the deadline passed during `compute()`'s own
     // call), the thread's result is dropped unclaimed, and the guard with it cancels the task.
     let (started, mut cancel) = tokio::task::spawn_blocking(move || {
-        Python::attach(|py| {
+        exit::attach(|py| {
             let awaitable = compute.bind(py).call0()?;
             let inspect = py.import("inspect")?;
             if !inspect
@@ -256,15 +256,19 @@ async fn run_compute(compute: Py<PyAny>, locals: TaskLocals) -> Result<Embedding
                 pyo3_async_runtimes::into_future_with_locals(&locals, task.call_method0("run")?)?;
             Ok((started, cancel))
         })
+        .unwrap_or_else(|| Err(exit::exiting()))
     })
     .await
     .map_err(join_error)??;
     let value = started.await;
     cancel.0 = None;
     let value = value?;
-    tokio::task::spawn_blocking(move || Python::attach(|py| tensor::from_compute(value.bind(py))))
-        .await
-        .map_err(join_error)?
+    tokio::task::spawn_blocking(move || {
+        exit::attach(|py| tensor::from_compute(value.bind(py)))
+            .unwrap_or_else(|| Err(exit::exiting()))
+    })
+    .await
+    .map_err(join_error)?
 }
 
 /// Cancels a compute's Python task (`mmcache.embeddings._Compute`) when dropped while set.
@@ -277,7 +281,7 @@ impl Drop for CancelOnDrop {
         // (it is shutting down) the loop's own shutdown ends the task.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn_blocking(move || {
-                Python::attach(|py| {
+                exit::attach(|py| {
                     if let Err(e) = task.bind(py).call_method0("cancel") {
                         e.print(py);
                     }

@@ -19,6 +19,7 @@ mod arrow;
 mod dlpack;
 mod embeddings;
 mod errors;
+mod exit;
 mod loader;
 mod pixels;
 mod runtime;
@@ -141,5 +142,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("SETTINGS", settings)?;
     errors::init(m)?;
+    exit::register(m)?;
     Ok(())
 }

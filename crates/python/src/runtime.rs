@@ -129,7 +129,8 @@ impl AsyncRuntime for PerProcess {
     where
         F: FnOnce() + Send + 'static,
     {
-        current().spawn_blocking(f)
+        // Its completions enter Python: not once the interpreter is exiting (see `exit`).
+        current().spawn_blocking(move || crate::exit::unless_exiting(f))
     }
 }
 
