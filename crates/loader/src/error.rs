@@ -60,30 +60,7 @@ impl ConfigError {
     }
 }
 
-/// Why a `data:` URL was refused.
-///
-/// Exhaustive on purpose, as [`Error`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DataUrlError {
-    /// No comma between the header and the payload.
-    #[error("data URL has no payload")]
-    Malformed,
-    /// The media type is not `image/*`.
-    #[error("data URL media type is not an image")]
-    NotImage,
-    /// The `;base64` marker is missing.
-    #[error("data URL is not base64-encoded")]
-    NotBase64,
-    /// The payload is not strict base64.
-    #[error("data URL payload is not valid base64")]
-    BadBase64,
-    /// The payload decodes to more bytes than the size cap.
-    #[error("data URL payload exceeds the {limit}-byte limit")]
-    TooLarge {
-        /// The cap in bytes.
-        limit: u64,
-    },
-}
+pub use mmcache_origin::DataUrlError;
 
 /// A failed load. Cloneable, because every waiter of a joined load gets the same error.
 ///

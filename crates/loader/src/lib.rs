@@ -82,7 +82,6 @@ mod background;
 mod budget;
 mod builder;
 mod config;
-mod data_url;
 pub mod doctor;
 pub mod embeddings;
 mod error;
@@ -109,10 +108,6 @@ pub use crate::config::{
     MemoryPart, SharedCacheConfig, env,
 };
 pub use crate::config::{SETTINGS, Section, Setting};
-/// The fuzz entry (fuzz/): a test seam, only with the feature `test-seams`.
-#[cfg(feature = "test-seams")]
-#[doc(hidden)]
-pub use crate::data_url::fuzz_payload as __fuzz_data_url;
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::handle::Loader;
 pub use crate::hedge::{HedgeSettings, HedgeStats};

@@ -3,8 +3,8 @@
 //! [`Origin::fetch`] applies the URL policy (see [`policy`]) to the URL and to every redirect
 //! hop, resolves hostnames through a resolver that refuses internal addresses and pins the
 //! connection to the addresses it checked, follows at most [`OriginConfig::max_redirects`]
-//! redirects by hand, and streams the body with a hard size cap. It knows nothing of Redis
-//! or pixels.
+//! redirects by hand, and streams the body with a hard size cap. A `data:` URL's bytes are
+//! its own payload ([`data_url`]). It knows nothing of Redis or pixels.
 //!
 //! # Examples
 //!
@@ -49,6 +49,7 @@
 //! connection failure 400, URL policy 400/403, too large 413.
 
 mod budget;
+pub mod data_url;
 mod dns;
 mod error;
 pub mod policy;
@@ -64,6 +65,7 @@ use reqwest::header::{ACCEPT, LOCATION};
 use url::Url;
 
 pub use budget::{DownloadBudget, Reservation};
+pub use data_url::DataUrlError;
 pub use error::{Error, PolicyViolation, Result};
 pub use policy::DomainAllowlist;
 pub use resolve::{DEFAULT_DNS_CACHE_TTL, DEFAULT_DNS_STALE_FOR, NEGATIVE_TTL};

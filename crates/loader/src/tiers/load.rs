@@ -9,9 +9,9 @@ use mmcache_decode::DecodedImage as Image;
 use mmcache_scope::{CacheIdentity, Scope};
 
 use super::Tiers;
-use crate::data_url;
 use crate::loaded::{Loaded, Outcome, Source};
 use crate::metrics;
+use mmcache_origin::data_url;
 
 impl Tiers {
     /// Loads `url` within `scope` (see [`Loader::load_detailed`](crate::Loader::load_detailed)).
