@@ -141,13 +141,16 @@ fn each_missing_command_is_named() {
             && l.contains("DENIED")),
         "+pexpire: {stdout}"
     );
-    // The release, tried before the renew, still works: the renew's denial hides nothing.
-    assert!(
-        stdout.lines().any(|l| l.contains("mmcache:emb:v1:*")
-            && l.contains(" release (")
-            && l.ends_with(": ok")),
-        "+pexpire: {stdout}"
-    );
+    // The release and the abandon, tried before the renew, still work: the renew's denial
+    // hides nothing.
+    for step in ["release", "abandon"] {
+        assert!(
+            stdout.lines().any(|l| l.contains("mmcache:emb:v1:*")
+                && l.contains(&format!(" {step} ("))
+                && l.ends_with(": ok")),
+            "+pexpire, {step}: {stdout}"
+        );
+    }
     // A wrong password: the credentials, not an unreachable cluster.
     let url = cluster.url_as(&recipe.user, "wrong");
     let (code, stdout, stderr) = doctor(&url);

@@ -17,8 +17,8 @@ use base64::Engine as _;
 /// Exhaustive on purpose: a new refusal is a breaking change callers must map.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DataUrlError {
-    /// No comma between the header and the payload.
-    #[error("data URL has no payload")]
+    /// Not a `data:` URL, or no comma between its header and its payload.
+    #[error("not a data URL with a payload (`data:<header>,<payload>`)")]
     Malformed,
     /// The media type is not `image/*`.
     #[error("data URL media type is not an image")]

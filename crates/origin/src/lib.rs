@@ -3,8 +3,9 @@
 //! [`Origin::fetch`] applies the URL policy (see [`policy`]) to the URL and to every redirect
 //! hop, resolves hostnames through a resolver that refuses internal addresses and pins the
 //! connection to the addresses it checked, follows at most [`OriginConfig::max_redirects`]
-//! redirects by hand, and streams the body with a hard size cap. A `data:` URL's bytes are
-//! its own payload ([`data_url`]). It knows nothing of Redis or pixels.
+//! redirects by hand, and streams the body with a hard size cap. It does not serve `data:`
+//! URLs, whose bytes are in the URL: callers decode them with [`data_url::decode_payload`].
+//! It knows nothing of Redis or pixels.
 //!
 //! # Examples
 //!

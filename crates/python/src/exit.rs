@@ -11,7 +11,10 @@
 //! So every entry into Python from a runtime thread goes through [`attach`], counted; an
 //! `atexit` hook ([`before_exit`], registered when the module loads, run before the
 //! interpreter finalizes) stops new entries and waits, without the GIL, for those under way.
-//! An entry refused at exit leaks what it holds: the process is ending.
+//! An entry refused at exit leaks what it holds: the process is ending. (`atexit` runs its
+//! hooks last first: a load awaited in a hook registered before `mmcache` was imported runs
+//! after ours and never completes; said once on stderr.) A forked child starts with none
+//! inside: the threads counted were the parent's.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +25,8 @@ use pyo3::prelude::*;
 static INSIDE: AtomicUsize = AtomicUsize::new(0);
 /// Set by [`before_exit`]: no new entry into Python.
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Whether a refused entry has been reported on stderr.
+static REPORTED: AtomicBool = AtomicBool::new(false);
 /// Longest [`before_exit`] waits for entries under way (a compute's Python call may be one).
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -42,6 +47,7 @@ pub(crate) fn attach<R>(f: impl FnOnce(Python<'_>) -> R) -> Option<R> {
     let _inside = Inside;
     if EXITING.load(Ordering::SeqCst) {
         std::mem::forget(f);
+        refused();
         return None;
     }
     Some(Python::attach(f))
@@ -54,9 +60,21 @@ pub(crate) fn unless_exiting(f: impl FnOnce()) {
     let _inside = Inside;
     if EXITING.load(Ordering::SeqCst) {
         std::mem::forget(f);
+        refused();
         return;
     }
     f();
+}
+
+/// Says once, without Python (it may be finalizing), that a result was dropped at exit.
+fn refused() {
+    if !REPORTED.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "mmcache: a result reached Python after the interpreter began to exit and was \
+             dropped (a load awaited in an atexit hook registered before mmcache was imported \
+             never completes: import mmcache first)"
+        );
+    }
 }
 
 /// The `atexit` hook: no runtime thread enters Python from now on, and those inside are
@@ -78,9 +96,25 @@ pub(crate) fn exiting() -> PyErr {
     pyo3::exceptions::PyRuntimeError::new_err("the interpreter is exiting")
 }
 
-/// Registers [`before_exit`] with `atexit`.
+/// A forked child's state: no thread of its own is inside (the parent's counted threads do
+/// not exist in it), and it is not exiting.
+#[pyfunction]
+#[pyo3(name = "_after_fork_in_child")]
+pub(crate) fn after_fork_in_child() {
+    INSIDE.store(0, Ordering::SeqCst);
+    EXITING.store(false, Ordering::SeqCst);
+}
+
+/// Registers [`before_exit`] with `atexit`, and [`after_fork_in_child`] with
+/// `os.register_at_fork`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
     let hook = wrap_pyfunction!(before_exit, m)?;
-    m.py().import("atexit")?.call_method1("register", (hook,))?;
+    py.import("atexit")?.call_method1("register", (hook,))?;
+    let child = wrap_pyfunction!(after_fork_in_child, m)?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("after_in_child", child)?;
+    py.import("os")?
+        .call_method("register_at_fork", (), Some(&kwargs))?;
     Ok(())
 }

@@ -25,7 +25,8 @@ use crate::embeddings::metrics::{LeaseOutcome as LeaseLabel, LeaseWait};
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// Renewals per lease TTL.
 const RENEWALS_PER_TTL: u32 = 3;
-/// Shortest pause between two renewals, whatever the TTL.
+/// Shortest pause between two renewals, unless half the TTL is shorter still (a renewal must
+/// come before the lease lapses); 1 ms at the least (no busy loop).
 const MIN_RENEWAL_PERIOD: Duration = Duration::from_millis(10);
 
 /// A lease this process holds, renewed in a task of its own until it is given back (or this
@@ -45,8 +46,12 @@ impl HeldLease {
             // On a fixed cadence, each renewal bounded by the period: one slow answer must not
             // push the next renewal past the lease's expiry (after a renewal that timed out,
             // the next one starts at once). After a stall (a starved runtime) it is one
-            // renewal, not a burst of the missed ones; a tiny TTL makes no busy loop.
-            let period = (ttl / RENEWALS_PER_TTL).max(MIN_RENEWAL_PERIOD);
+            // renewal, not a burst of the missed ones; a tiny TTL makes no busy loop, and a
+            // TTL under 20 ms is still renewed before it lapses.
+            let period = (ttl / RENEWALS_PER_TTL)
+                .max(MIN_RENEWAL_PERIOD)
+                .min(ttl / 2)
+                .max(Duration::from_millis(1));
             let mut next = tokio::time::Instant::now();
             loop {
                 next = (next + period).max(tokio::time::Instant::now());
