@@ -9,7 +9,7 @@ use quick_cache::sync::Cache;
 use crate::cache::{
     CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Key, Sizing, WeightedCache, identity_key,
 };
-use crate::{DEFAULT_MAX_PIXELS, DecodedImage, PixelLayout};
+use crate::{DEFAULT_MAX_PIXELS, DecodedImage, PixelLayout, Variant};
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).
 pub const DEFAULT_DECODED_CACHE_BYTES: u64 = 1 << 30;
@@ -93,8 +93,14 @@ impl DecodedCache {
 
     /// The image cached for `identity`; a hit counts as a use, which protects it from eviction.
     pub fn get(&self, identity: &CacheIdentity) -> Option<Arc<DecodedImage>> {
+        self.get_as(identity, Variant::DEFAULT)
+    }
+
+    /// The image cached for `identity` in the decode profile of `variant`
+    /// ([`DecodeProfile::variant`](crate::DecodeProfile::variant)).
+    pub fn get_as(&self, identity: &CacheIdentity, variant: Variant) -> Option<Arc<DecodedImage>> {
         let aliases = self.aliases.as_ref()?;
-        let id = identity_key(identity);
+        let id = variant.apply(identity_key(identity));
         let slot = aliases.get(&id)?;
         let image = self.inner.get(&slot);
         if image.is_none() {
@@ -110,7 +116,18 @@ impl DecodedCache {
         identity: &CacheIdentity,
         content: &ContentKey,
     ) -> Option<Arc<DecodedImage>> {
-        self.inner.get(&content_slot(identity, content))
+        self.get_content_as(identity, content, Variant::DEFAULT)
+    }
+
+    /// [`DecodedCache::get_content`] in the decode profile of `variant`.
+    pub fn get_content_as(
+        &self,
+        identity: &CacheIdentity,
+        content: &ContentKey,
+        variant: Variant,
+    ) -> Option<Arc<DecodedImage>> {
+        self.inner
+            .get(&variant.apply(content_slot(identity, content)))
     }
 
     /// Caches `image` for `identity` (replacing what `identity` named), evicting entries as
@@ -118,16 +135,27 @@ impl DecodedCache {
     /// cached in the scope is kept and shared, and returned instead of `image`. An image too
     /// heavy for the budget is not stored, and `identity` then names nothing.
     pub fn insert(&self, identity: &CacheIdentity, image: Arc<DecodedImage>) -> Arc<DecodedImage> {
+        self.insert_as(identity, Variant::DEFAULT, image)
+    }
+
+    /// [`DecodedCache::insert`] in the decode profile of `variant`. An image weighs its
+    /// pixels, kept encoded bytes and metadata ([`DecodedImage::memory_len`]).
+    pub fn insert_as(
+        &self,
+        identity: &CacheIdentity,
+        variant: Variant,
+        image: Arc<DecodedImage>,
+    ) -> Arc<DecodedImage> {
         let Some(aliases) = &self.aliases else {
             return image;
         };
-        let id = identity_key(identity);
-        let slot = content_slot(identity, &image.content_key());
+        let id = variant.apply(identity_key(identity));
+        let slot = variant.apply(content_slot(identity, &image.content_key()));
         if let Some(old) = aliases.get(&id).filter(|old| *old != slot) {
             self.inner.remove(&old); // what `identity` named before goes, as without sharing
         }
         // Insert-if-absent: of racing inserts of one content, all get the first copy.
-        let weight = image.byte_len() as u64;
+        let weight = image.memory_len() as u64;
         let Some(held) = self.inner.insert_if_absent(slot, image.clone(), weight) else {
             aliases.remove(&id); // too heavy: not stored
             return image;
@@ -139,10 +167,15 @@ impl DecodedCache {
     /// Forgets `identity` and its image (so its memory is freed); other identities of the same
     /// content then miss and load it again.
     pub fn remove(&self, identity: &CacheIdentity) {
+        self.remove_as(identity, Variant::DEFAULT);
+    }
+
+    /// [`DecodedCache::remove`] in the decode profile of `variant`.
+    pub fn remove_as(&self, identity: &CacheIdentity, variant: Variant) {
         if let Some((_, slot)) = self
             .aliases
             .as_ref()
-            .and_then(|a| a.remove(&identity_key(identity)))
+            .and_then(|a| a.remove(&variant.apply(identity_key(identity))))
         {
             self.inner.remove(&slot);
         }

@@ -18,8 +18,11 @@ use std::num::NonZeroU64;
 
 use gif::{ColorOutput, DecodeOptions, Decoder, MemoryLimit};
 
+use std::sync::Arc;
+
 use crate::error::Error;
 use crate::format::{ImageFormat, refusal};
+use crate::mode::{Mode, Raster, Transparency};
 
 /// What the decoder may hold for metadata extensions (XMP, ICC), in the probe and the decode
 /// alike; counted in the decode's estimate.
@@ -190,6 +193,79 @@ pub(crate) fn decode_rgb(bytes: &[u8], header: &GifHeader, bpp: usize) -> Result
         }
     }
     Ok(out)
+}
+
+/// The first frame on its canvas as Pillow holds it: mode `P` (indices, and the palette
+/// Pillow keeps), or `L` when Pillow keeps no palette (none, or grey ramps only: the index is
+/// the grey value); the transparent index as `transparency`.
+pub(crate) fn decode_native(bytes: &[u8], header: &GifHeader) -> Result<Raster, Error> {
+    let mut decoder = open(bytes)?;
+    let frame = decoder
+        .next_frame_info()
+        .map_err(failed)?
+        .ok_or_else(|| refusal(ImageFormat::Gif, "no image in the GIF".into()))?;
+    let (left, top) = (usize::from(frame.left), usize::from(frame.top));
+    let (fw, fh) = (usize::from(frame.width), usize::from(frame.height));
+    let transparent = transparent_before_first_frame(bytes).unwrap_or(frame.transparent);
+    let local = frame.palette.clone();
+    let (width, height) = (header.width as usize, header.height as usize);
+    if left + fw > width || top + fh > height {
+        return Err(refusal(
+            ImageFormat::Gif,
+            "the frame does not match the probed canvas".into(),
+        ));
+    }
+    let mut indices = Vec::new();
+    indices
+        .try_reserve_exact(fw * fh)
+        .map_err(|_| Error::LimitExceeded)?;
+    indices.resize(fw * fh, 0);
+    decoder.read_into_buffer(&mut indices).map_err(failed)?;
+    let palette = [local.as_deref(), decoder.global_palette()]
+        .into_iter()
+        .flatten()
+        .find(|p| !is_ramp(p))
+        .map(Arc::from);
+    let mut out = Vec::new();
+    out.try_reserve_exact(width * height)
+        .map_err(|_| Error::LimitExceeded)?;
+    out.resize(width * height, transparent.unwrap_or(0));
+    for (y, row) in indices.chunks_exact(fw).enumerate() {
+        let start = (top + y) * width + left;
+        out[start..start + fw].copy_from_slice(row);
+    }
+    let indexed = palette.is_some();
+    // Pillow opens a frame whose local table is a grey ramp as `L`, yet keeps the global
+    // palette and converts through it: the colours below are its conversions', not the mode.
+    let ramp_over_global = local.as_deref().is_some_and(is_ramp)
+        && decoder.global_palette().is_some_and(|g| !is_ramp(g));
+    Ok(Raster {
+        mode: if indexed { Mode::P } else { Mode::L },
+        pixels: out,
+        palette,
+        // Pillow's `int` either way; an `L` image's is a grey value.
+        transparency: transparent.map(|t| match indexed {
+            true => Transparency::Index(t),
+            false => Transparency::Grey(u16::from(t)),
+        }),
+        unlike_pillow: ramp_over_global.then_some("a GIF frame with a grey-ramp local table"),
+    })
+}
+
+/// The mode (`P`, or `L` without a palette Pillow keeps) and whether the first frame has a
+/// transparent index, from the headers up to the first frame; `None` when they cannot be read
+/// without decoding.
+pub(crate) fn opened(bytes: &[u8]) -> Option<(Mode, bool)> {
+    let transparent = transparent_before_first_frame(bytes)?.is_some();
+    let mut decoder = open(bytes).ok()?;
+    let frame = decoder.next_frame_info().ok()??;
+    let local = frame.palette.clone();
+    // A grey-ramp local table makes the frame `L` (whatever the global table).
+    let indexed = match local.as_deref() {
+        Some(l) => !is_ramp(l),
+        None => decoder.global_palette().is_some_and(|g| !is_ramp(g)),
+    };
+    Some((if indexed { Mode::P } else { Mode::L }, transparent))
 }
 
 /// The transparent index Pillow gives the first frame: the last one a graphic control

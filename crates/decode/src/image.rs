@@ -1,7 +1,9 @@
 //! Sniffing and bounded decoding to RGB8.
 
 use std::io::Cursor;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
 
 use image::{DynamicImage, ImageReader};
 use mmcache_scope::ContentKey;
@@ -10,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::format::{ImageFormat, ImageFormats, refusal, sniff};
 use crate::jpeg_choice::JpegDecoder;
 use crate::layout::{self, PixelLayout};
+use crate::mode::{Mode, Opened, Transparency};
 use crate::{gif, jpeg, png, turbo, webp};
 
 /// Default pixel limit: 100 megapixels.
@@ -84,11 +87,11 @@ pub struct Probe {
     pub memory_bytes: u64,
     /// The blake3 digest of the bytes probed, computed here once: the decoded image keeps it.
     pub content_key: ContentKey,
-    headers: Headers,
+    pub(crate) headers: Headers,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Headers {
+pub(crate) enum Headers {
     Jpeg(jpeg::JpegHeader),
     Png(png::PngHeader),
     Gif(gif::GifHeader),
@@ -169,26 +172,59 @@ pub fn probe(bytes: &[u8], limits: &DecodeLimits) -> Result<Probe> {
     })
 }
 /// A decoded image: Pillow's RGB pixels, row-major, no padding, in the [`PixelLayout`] its
-/// loader chose (`width * height * 3` bytes by default, `* 4` with [`PixelLayout::Rgbx`]).
+/// loader chose (`width * height * 3` bytes by default, `* 4` with [`PixelLayout::Rgbx`]); or,
+/// with another [`DecodeProfile`](crate::DecodeProfile), the pixels that profile gives (in
+/// the [`Mode`] it gives, with what Pillow keeps beside them), or no pixels at all
+/// ([`Mode::Undecoded`]: bytes for the caller's own decoder).
 ///
-/// Two images are equal when their size, format, layout and pixels are (whichever bytes they
-/// came from, whether their vLLM hash was computed yet).
+/// Two images are equal when their size, format, layout, mode, palette and pixels are
+/// (whichever bytes they came from, whether their vLLM hash was computed yet).
 #[derive(Clone)]
 pub struct DecodedImage {
     width: u32,
     height: u32,
-    format: ImageFormat,
+    /// `None` only for an undecoded image of a format this crate does not decode.
+    format: Option<ImageFormat>,
     layout: PixelLayout,
     content_key: ContentKey,
     /// vLLM's hash of these pixels, computed on first use.
     vllm_hash: OnceLock<[u8; 32]>,
     pixels: Vec<u8>,
+    mode: Mode,
+    opened: Opened,
+    orientation: u16,
+    palette: Option<Arc<[u8]>>,
+    transparency: Option<Transparency>,
+    exif: Option<Arc<[u8]>>,
+    xmp: Option<Arc<[u8]>>,
+    source: Option<Bytes>,
+    undecoded: Option<Undecoded>,
+}
+
+/// Why an image came back undecoded ([`Mode::Undecoded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Undecoded {
+    /// Bytes of an image this crate does not decode exactly as the profile asks (another
+    /// format, a mode or metadata it does not follow): they passed the checks this crate can
+    /// make, and a cache may keep them.
+    NotHere(String),
+    /// Bytes this crate's decoders refused; another decoder may read them, or refuse them in
+    /// its own words. A cache keeps none of them.
+    Refused(Error),
 }
 
 impl PartialEq for DecodedImage {
     fn eq(&self, other: &Self) -> bool {
-        (self.width, self.height, self.format, self.layout)
-            == (other.width, other.height, other.format, other.layout)
+        (self.width, self.height, self.format, self.layout, self.mode)
+            == (
+                other.width,
+                other.height,
+                other.format,
+                other.layout,
+                other.mode,
+            )
+            && self.palette == other.palette
             && self.pixels == other.pixels
     }
 }
@@ -201,6 +237,7 @@ impl std::fmt::Debug for DecodedImage {
             .field("width", &self.width)
             .field("height", &self.height)
             .field("format", &self.format)
+            .field("mode", &self.mode)
             .field("layout", &self.layout)
             .field("content_key", &self.content_key)
             .finish_non_exhaustive()
@@ -218,8 +255,9 @@ impl DecodedImage {
         self.height
     }
 
-    /// The format the bytes were in.
-    pub fn format(&self) -> ImageFormat {
+    /// The format the bytes were in (sniffed from them); `None` only for an undecoded image
+    /// ([`Mode::Undecoded`]) whose bytes are of a format this crate does not decode.
+    pub fn format(&self) -> Option<ImageFormat> {
         self.format
     }
 
@@ -252,9 +290,137 @@ impl DecodedImage {
 
     /// The pixels, borrowed (no copy), in [`layout`](Self::layout): RGB8, `width * height * 3`
     /// bytes, with the default layout; R, G, B and Pillow's fourth byte (`* 4`) with
-    /// [`PixelLayout::Rgbx`].
+    /// [`PixelLayout::Rgbx`]. In another [`mode`](Self::mode), that mode's storage; empty when
+    /// undecoded.
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
+    }
+
+    /// The mode of [`pixels`](Self::pixels): [`Mode::Rgb`] unless the profile kept the
+    /// original mode, [`Mode::Undecoded`] when the bytes came back for the caller to decode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// What Pillow opened (mode, transparency), before the profile's conversion.
+    pub fn opened(&self) -> Opened {
+        self.opened
+    }
+
+    /// The EXIF orientation applied (2 to 8), or 1 when none was.
+    pub fn orientation(&self) -> u16 {
+        self.orientation
+    }
+
+    /// A `P` image's palette: RGB triplets, as Pillow keeps them.
+    pub fn palette(&self) -> Option<&Arc<[u8]>> {
+        self.palette.as_ref()
+    }
+
+    /// Pillow's `info["transparency"]`, for an image kept in its original mode.
+    pub fn transparency(&self) -> Option<&Transparency> {
+        self.transparency.as_ref()
+    }
+
+    /// Pillow's `info["exif"]`, for an image kept in its original mode.
+    pub fn exif(&self) -> Option<&Arc<[u8]>> {
+        self.exif.as_ref()
+    }
+
+    /// Pillow's `info["xmp"]`, for an image kept in its original mode.
+    pub fn xmp(&self) -> Option<&Arc<[u8]>> {
+        self.xmp.as_ref()
+    }
+
+    /// The encoded bytes this image came from, when its profile keeps them (and always for an
+    /// undecoded image).
+    pub fn source(&self) -> Option<&Bytes> {
+        self.source.as_ref()
+    }
+
+    /// Why the image is undecoded, for [`Mode::Undecoded`].
+    pub fn undecoded(&self) -> Option<&Undecoded> {
+        self.undecoded.as_ref()
+    }
+
+    /// This image with `source` kept as its encoded bytes.
+    pub fn with_source(mut self, source: Bytes) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// The bytes `source`, not decoded here, for the caller's own decoder.
+    pub fn undecoded_from(source: Bytes, why: Undecoded) -> Self {
+        let mut image = Self::new(
+            0,
+            0,
+            ImageFormat::Png,
+            PixelLayout::Rgb,
+            ContentKey::of(&source),
+            Vec::new(),
+        );
+        image.format = sniff(&source);
+        image.mode = Mode::Undecoded;
+        image.opened.mode = Mode::Undecoded;
+        image.source = Some(source);
+        image.undecoded = Some(why);
+        image
+    }
+
+    /// What the image holds in memory: its pixels, its kept bytes and its metadata.
+    pub fn memory_len(&self) -> usize {
+        let meta = |m: &Option<Arc<[u8]>>| m.as_ref().map_or(0, |m| m.len());
+        self.pixels.len()
+            + self.source.as_ref().map_or(0, Bytes::len)
+            + meta(&self.palette)
+            + meta(&self.exif)
+            + meta(&self.xmp)
+    }
+
+    /// An RGB image of `pixels` with nothing beside them.
+    pub(crate) fn new(
+        width: u32,
+        height: u32,
+        format: ImageFormat,
+        layout: PixelLayout,
+        content_key: ContentKey,
+        pixels: Vec<u8>,
+    ) -> Self {
+        Self {
+            width,
+            height,
+            format: Some(format),
+            layout,
+            content_key,
+            vllm_hash: OnceLock::new(),
+            pixels,
+            mode: Mode::Rgb,
+            opened: Opened {
+                mode: Mode::Rgb,
+                transparent: false,
+            },
+            orientation: 1,
+            palette: None,
+            transparency: None,
+            exif: None,
+            xmp: None,
+            source: None,
+            undecoded: None,
+        }
+    }
+
+    /// Sets what the profiled decode found beside the pixels.
+    pub(crate) fn with_details(self, details: Details) -> Self {
+        Self {
+            mode: details.mode,
+            opened: details.opened,
+            orientation: details.orientation,
+            palette: details.palette,
+            transparency: details.transparency,
+            exif: details.exif,
+            xmp: details.xmp,
+            ..self
+        }
     }
 
     /// The RGB8 pixels, `width * height * 3` bytes: borrowed in the default layout, a copy
@@ -272,15 +438,15 @@ impl DecodedImage {
     /// cache's tests need many distinct contents without decoding each.
     #[cfg(test)]
     pub(crate) fn blank(width: u32, height: u32, bytes: &[u8]) -> Self {
-        Self {
+        let pixels = vec![0; width as usize * height as usize * 3];
+        Self::new(
             width,
             height,
-            format: ImageFormat::Png,
-            layout: PixelLayout::Rgb,
-            content_key: ContentKey::of(bytes),
-            vllm_hash: OnceLock::new(),
-            pixels: vec![0; width as usize * height as usize * 3],
-        }
+            ImageFormat::Png,
+            PixelLayout::Rgb,
+            ContentKey::of(bytes),
+            pixels,
+        )
     }
 
     /// Takes the pixel buffer (in [`layout`](Self::layout)).
@@ -316,7 +482,6 @@ pub fn decode(bytes: &[u8], limits: &DecodeLimits) -> Result<DecodedImage> {
 /// As [`decode`].
 pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Result<DecodedImage> {
     let format = probe.format;
-    let invalid = |reason: String| refusal(format, reason);
     let bpp = limits.layout.bytes_per_pixel();
     let pixels = match probe.headers {
         Headers::Jpeg(h) if limits.jpeg == JpegDecoder::LibjpegTurbo => {
@@ -325,12 +490,7 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
             })?;
             turbo
                 .decode_rgb(bytes, probe.width, probe.height, h.components == 4, bpp)
-                .map_err(|e| match e {
-                    turbo::TurboError::Truncated(m) => invalid(format!("truncated: {m}")),
-                    turbo::TurboError::Invalid(m) => invalid(m),
-                    turbo::TurboError::OutOfMemory => Error::LimitExceeded,
-                    turbo::TurboError::Unsupported(m) => invalid(format!("unsupported: {m}")),
-                })?
+                .map_err(|e| turbo_error(format, e))?
         }
         Headers::Png(h) => png::decode_rgb(bytes, &h, probe.memory_bytes, bpp)?,
         Headers::Gif(h) => gif::decode_rgb(bytes, &h, bpp)?,
@@ -351,20 +511,45 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
             ),
         });
     }
-    Ok(DecodedImage {
-        width: probe.width,
-        height: probe.height,
+    Ok(DecodedImage::new(
+        probe.width,
+        probe.height,
         format,
-        layout: limits.layout,
-        content_key: probe.content_key,
-        vllm_hash: OnceLock::new(),
+        limits.layout,
+        probe.content_key,
         pixels,
-    })
+    ))
+}
+
+/// libjpeg-turbo's refusal as a decode error.
+pub(crate) fn turbo_error(format: ImageFormat, e: turbo::TurboError) -> Error {
+    match e {
+        turbo::TurboError::Truncated(m) => refusal(format, format!("truncated: {m}")),
+        turbo::TurboError::Invalid(m) => refusal(format, m),
+        turbo::TurboError::OutOfMemory => Error::LimitExceeded,
+        turbo::TurboError::Unsupported(m) => refusal(format, format!("unsupported: {m}")),
+    }
+}
+
+/// What a profiled decode sets beside the pixels (see [`DecodedImage`]'s accessors).
+pub(crate) struct Details {
+    pub(crate) mode: Mode,
+    pub(crate) opened: Opened,
+    pub(crate) orientation: u16,
+    pub(crate) palette: Option<Arc<[u8]>>,
+    pub(crate) transparency: Option<Transparency>,
+    pub(crate) exif: Option<Arc<[u8]>>,
+    pub(crate) xmp: Option<Arc<[u8]>>,
 }
 
 /// The `image` crate's decoders (WebP, and JPEG through zune-jpeg), bounded by the
-/// probe's estimate.
+/// probe's estimate, to RGB8.
 fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
+    Ok(decode_dynamic(bytes, probe)?.into_rgb8().into_raw()) // no copy when already RGB8
+}
+
+/// The `image` crate's decode of `bytes`, in the colour type it gives.
+pub(crate) fn decode_dynamic(bytes: &[u8], probe: &Probe) -> Result<DynamicImage> {
     let format = probe.format;
     let bytes = match format {
         ImageFormat::WebP => webp::first_frame_unblended(bytes),
@@ -376,7 +561,7 @@ fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
     decoder_limits.max_image_height = Some(probe.height);
     decoder_limits.max_alloc = Some(probe.memory_bytes);
     reader.limits(decoder_limits);
-    let decoded: DynamicImage = reader.decode().map_err(|e| match e {
+    reader.decode().map_err(|e| match e {
         image::ImageError::Limits(_) => Error::LimitExceeded,
         image::ImageError::Unsupported(u) => Error::UnsupportedFeature {
             format: format.as_str(),
@@ -386,6 +571,5 @@ fn decode_with_image(bytes: &[u8], probe: &Probe) -> Result<Vec<u8>> {
             format: format.as_str(),
             reason: other.to_string(),
         },
-    })?;
-    Ok(decoded.into_rgb8().into_raw()) // no copy when already RGB8
+    })
 }

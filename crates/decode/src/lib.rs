@@ -68,19 +68,27 @@
 //!   therefore hold fewer of both than either limit alone would allow.
 
 mod cache;
+mod convert;
 mod decoded_cache;
 mod embedding;
 mod embedding_assembly;
 mod embedding_wire;
 mod error;
+mod exif;
 mod format;
 mod gif;
 mod image;
 mod jpeg;
 mod jpeg_choice;
 mod layout;
+mod meta;
 pub mod metrics;
+mod mode;
+mod native;
 mod png;
+mod png_native;
+mod profile;
+mod profiled;
 mod turbo;
 mod vllm;
 mod webp;
@@ -100,17 +108,20 @@ pub use crate::embedding_wire::{
 pub use crate::error::{Error, Result};
 pub use crate::format::{ImageFormat, ImageFormats, sniff};
 pub use crate::image::{
-    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, Probe, decode, decode_probed, probe,
+    DEFAULT_MAX_PIXELS, DecodeLimits, DecodedImage, Probe, Undecoded, decode, decode_probed, probe,
 };
 pub use crate::jpeg_choice::{JpegDecoder, JpegDecoderChoice, JpegSelection, select_jpeg_decoder};
 pub use crate::layout::PixelLayout;
+pub use crate::mode::{Mode, Opened, Transparency};
+pub use crate::profile::{ColorPolicy, DecodeProfile, Fallback, Orientation, Variant};
+pub use crate::profiled::{decode_as, decode_profiled, hand_back};
 
 /// The modules' layering: the codecs and the shared types below never import the entry
 /// points (`image.rs`) or the caches, so `image.rs` only calls down.
 #[cfg(test)]
 mod layering {
     /// The sources below `image.rs`: none may name it, the caches, or the entry points.
-    const BELOW: [(&str, &str); 10] = [
+    const BELOW: [(&str, &str); 16] = [
         ("format.rs", include_str!("format.rs")),
         ("layout.rs", include_str!("layout.rs")),
         ("jpeg_choice.rs", include_str!("jpeg_choice.rs")),
@@ -121,6 +132,12 @@ mod layering {
         ("webp.rs", include_str!("webp.rs")),
         ("turbo.rs", include_str!("turbo.rs")),
         ("vllm.rs", include_str!("vllm.rs")),
+        ("mode.rs", include_str!("mode.rs")),
+        ("exif.rs", include_str!("exif.rs")),
+        ("meta.rs", include_str!("meta.rs")),
+        ("png_native.rs", include_str!("png_native.rs")),
+        ("convert.rs", include_str!("convert.rs")),
+        ("profile.rs", include_str!("profile.rs")),
     ];
 
     #[test]

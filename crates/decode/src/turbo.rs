@@ -21,6 +21,7 @@ type Handle = *mut c_void;
 
 const TJPF_RGB: c_int = 0;
 const TJPF_RGBX: c_int = 2;
+const TJPF_GRAY: c_int = 6;
 const TJPF_CMYK: c_int = 11;
 const TJERR_WARNING: c_int = 0;
 /// Refuse files with more than 500 scans (a CPU bomb; real files have ~10). Releases before
@@ -237,6 +238,49 @@ impl Turbo {
         cmyk: bool,
         bpp: usize,
     ) -> Result<Vec<u8>, TurboError> {
+        let format = match (cmyk, bpp) {
+            (true, _) => TJPF_CMYK,
+            (false, 4) => TJPF_RGBX,
+            (false, _) => TJPF_RGB,
+        };
+        let mut out = self.decompress(bytes, width, height, format, if cmyk { 4 } else { bpp })?;
+        if cmyk {
+            cmyk_to_rgb_in_place(&mut out, bpp);
+        }
+        Ok(out)
+    }
+
+    /// Decodes `bytes` (inspected: `width` x `height`, `components` components) to the mode
+    /// Pillow opens it in, stored as Pillow stores it: grey (1 byte a pixel), RGB (`rgb_bpp`
+    /// bytes), or CMYK as Pillow reads it (`CMYK;I`: Adobe-inverted samples).
+    pub(crate) fn decode_native(
+        &self,
+        bytes: &[u8],
+        width: u32,
+        height: u32,
+        components: u8,
+        rgb_bpp: usize,
+    ) -> Result<Vec<u8>, TurboError> {
+        match components {
+            1 => self.decompress(bytes, width, height, TJPF_GRAY, 1),
+            4 => {
+                let mut out = self.decompress(bytes, width, height, TJPF_CMYK, 4)?;
+                out.iter_mut().for_each(|v| *v = 255 - *v);
+                Ok(out)
+            }
+            _ => self.decode_rgb(bytes, width, height, false, rgb_bpp),
+        }
+    }
+
+    /// One decompression to the TurboJPEG pixel format `format` (`channels` bytes a pixel).
+    fn decompress(
+        &self,
+        bytes: &[u8],
+        width: u32,
+        height: u32,
+        format: c_int,
+        channels: usize,
+    ) -> Result<Vec<u8>, TurboError> {
         let size = c_ulong::try_from(bytes.len())
             .map_err(|_| TurboError::Invalid("file too large".into()))?;
         // SAFETY: tjInitDecompress has no preconditions; a null handle is checked.
@@ -253,17 +297,11 @@ impl Turbo {
         // tjDecompressHeader3: libjpeg-turbo 2.x refuses files whose sampling it cannot name
         // (4:1:0, 1x4, ...), which decode fine.
         let (w, h) = (width as c_int, height as c_int);
-        let channels: usize = if cmyk { 4 } else { bpp };
         let pixels = width as usize * height as usize;
         let pitch = width as usize * channels;
         // Zeroed, so that even a file libjpeg read as smaller than the probe did could not
         // expose uninitialised memory.
         let mut out = vec![0u8; pixels * channels];
-        let format = match (cmyk, bpp) {
-            (true, _) => TJPF_CMYK,
-            (false, 4) => TJPF_RGBX,
-            (false, _) => TJPF_RGB,
-        };
         // SAFETY: `out` holds exactly pitch * height bytes; tjDecompress2 writes at most that
         // for this width, pitch, height and pixel format (it scales a larger image down to fit).
         let rc = unsafe {
@@ -291,9 +329,6 @@ impl Turbo {
             if message.to_ascii_lowercase().contains("premature end") {
                 return Err(TurboError::Truncated(message));
             }
-        }
-        if cmyk {
-            cmyk_to_rgb_in_place(&mut out, bpp);
         }
         Ok(out)
     }
