@@ -114,8 +114,9 @@ pub use crate::hedge::{HedgeSettings, HedgeStats};
 pub use crate::loaded::{Loaded, Source};
 // The layers' names a loader user needs, listed one by one (see the crate docs).
 pub use mmcache_decode::{
-    CacheStats, DecodedCache, DecodedImage as Image, ImageFormat, ImageFormats, JpegDecoder,
-    JpegDecoderChoice, PixelLayout,
+    CacheStats, ColorPolicy, DecodeProfile, DecodedCache, DecodedImage as Image, Fallback,
+    ImageFormat, ImageFormats, JpegDecoder, JpegDecoderChoice, Mode, Opened, Orientation,
+    PixelLayout, Transparency, Undecoded,
 };
 pub use mmcache_disk_cache::{DiskCache, DiskCacheStats, DiskStatus};
 pub use mmcache_origin::{Origin, PolicyViolation};

@@ -2,7 +2,7 @@
 //! `Image.fromarrow` maps a PIL image onto the cached pixels without a copy.
 //!
 //! The export is one flat `uint8` array (format `"C"`, no validity bitmap) over the whole
-//! buffer. Pillow (11.3 and later) accepts it for a mode whose pixels take 4 bytes when the
+//! buffer (`int16`, format `"s"`, for a mode `I;16` image). Pillow (11.3 and later) accepts it for a mode whose pixels take 4 bytes when the
 //! array holds `4 * width * height` values, borrows the buffer row by row, keeps the array's
 //! capsule as long as its image lives, and marks the image read-only. The capsule's destructor
 //! releases the array, which drops our hold on the image.
@@ -17,6 +17,8 @@ const SCHEMA: &CStr = c"arrow_schema";
 const ARRAY: &CStr = c"arrow_array";
 /// Arrow's format string of `uint8`.
 const UINT8: &CStr = c"C";
+/// Arrow's format string of `int16`: what Pillow reads a mode `I;16` image from.
+const INT16: &CStr = c"s";
 
 /// `struct ArrowSchema` of the Arrow C data interface.
 #[repr(C)]
@@ -59,10 +61,16 @@ pub(crate) fn export<'py>(
     py: Python<'py>,
     image: &Arc<Image>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let length = i64::try_from(image.pixels().len())
+    // Bytes, except for 16-bit grey: Pillow maps `I;16` from an `int16` array of one value
+    // a pixel.
+    let (format, value_len) = match image.mode() {
+        mmcache_loader::Mode::I16 => (INT16, 2),
+        _ => (UINT8, 1),
+    };
+    let length = i64::try_from(image.pixels().len() / value_len)
         .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("pixel buffer too large"))?;
     let schema = Box::new(ArrowSchema {
-        format: UINT8.as_ptr(),
+        format: format.as_ptr(),
         name: c"".as_ptr(),
         metadata: std::ptr::null(),
         flags: 0,

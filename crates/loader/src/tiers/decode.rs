@@ -48,9 +48,11 @@ impl Tiers {
             })
             .await??
         };
-        self.metrics
-            .decode_duration(image.format())
-            .record(started.elapsed().as_secs_f64());
+        if let Some(format) = image.format() {
+            self.metrics
+                .decode_duration(format)
+                .record(started.elapsed().as_secs_f64());
+        }
         Ok(Arc::new(image))
     }
 }
