@@ -144,12 +144,12 @@ impl Loader {
 
     /// The decoded-image cache (stats, manual eviction).
     pub fn decoded_cache(&self) -> &DecodedCache {
-        &self.tiers.decoded
+        self.tiers.memory.cache()
     }
 
     /// The origin client (policy checks, direct fetches).
     pub fn origin(&self) -> &Origin {
-        &self.tiers.origin
+        self.tiers.origin.client()
     }
 
     /// How often this loader hedged its shared-cache GETs, and the current delay.
@@ -159,12 +159,12 @@ impl Loader {
 
     /// The host's disk tier, when enabled.
     pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.tiers.disk.as_ref()
+        self.tiers.disk.as_ref().map(|disk| disk.cache())
     }
 
     /// The shared cache, when enabled.
     pub fn shared_cache(&self) -> Option<&SharedCache> {
-        self.tiers.shared.as_ref()
+        self.tiers.shared.as_ref().map(|shared| shared.cache())
     }
 
     /// The embedding caches: [`Embeddings::get_or_compute`].

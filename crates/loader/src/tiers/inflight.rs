@@ -5,7 +5,7 @@ use std::sync::Arc;
 use mmcache_scope::CacheIdentity;
 use tokio::sync::watch;
 
-use super::{Tiers, content, inflight_key};
+use super::Tiers;
 use crate::error::Error;
 use crate::loaded::Outcome;
 
@@ -28,12 +28,9 @@ impl Tiers {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
-                    let mut outcome = inner.within_deadline(fill).await;
+                    let mut outcome = inner.within_deadline(inner.fill(&identity, &url)).await;
                     if let Ok(loaded) = &mut outcome {
-                        // The cache may already hold this content (a concurrent load of
-                        // another URL): every waiter gets the one copy it keeps.
-                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
+                        loaded.image = inner.memory.insert(&identity, loaded.image.clone());
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);
@@ -63,4 +60,9 @@ impl Drop for LeaveInflight<'_> {
     fn drop(&mut self) {
         self.inner.inflight.remove(&self.key);
     }
+}
+
+/// The key of `identity` in the in-flight map.
+fn inflight_key(identity: &CacheIdentity) -> [u8; 32] {
+    identity.digest()
 }

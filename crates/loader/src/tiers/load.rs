@@ -23,11 +23,11 @@ impl Tiers {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
             self.metrics.bypass.increment(1);
             let started = Instant::now();
-            let result = self.within_deadline(self.fetch_and_decode(url)).await;
+            let result = self.within_deadline(self.bypass(url)).await;
             self.observe(Source::Origin, started);
             return self.record(Source::Origin, result);
         };
-        if let Some(image) = self.memory_hit(&identity) {
+        if let Some(image) = self.memory.get(&identity) {
             return Ok(Loaded {
                 image,
                 source: Source::Memory,
@@ -64,7 +64,7 @@ impl Tiers {
         if data_url::is_data_url(url) {
             return None;
         }
-        self.memory_hit(&self.identity(url, scope)?)
+        self.memory.get(&self.identity(url, scope)?)
     }
 
     /// The identity `url` is cached under, `None` in scoped mode without a usable scope.
@@ -72,17 +72,10 @@ impl Tiers {
         CacheIdentity::resolve(self.config.session_scoped, url, scope)
     }
 
-    /// The decoded cache's image for `identity`, counted as a memory hit.
-    fn memory_hit(&self, identity: &CacheIdentity) -> Option<Arc<Image>> {
-        let image = self.decoded.get(identity)?;
-        self.memory_hits.increment(1);
-        Some(image)
-    }
-
     async fn load_data_url(&self, url: &str) -> Outcome {
         let bytes = data_url::decode_payload(url, self.config.max_file_size_bytes)?;
         let len = bytes.len();
-        let image = self.decode(Bytes::from(bytes)).await?;
+        let image = self.decode.image(Bytes::from(bytes), None).await?;
         Ok(Loaded::decoded(image, Source::Data, len))
     }
 
