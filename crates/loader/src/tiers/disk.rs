@@ -1,15 +1,14 @@
 //! The disk step: the host's tier read (bytes that decode are the load's image), its fill
 //! lock (one filler per host), and the entry's write in a task of its own.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mmcache_decode::DecodedImage;
 use mmcache_disk_cache::{DiskCache, Fill, FillLock};
 use mmcache_scope::CacheIdentity;
 
+use super::Decode;
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -54,19 +53,16 @@ impl DiskStep {
 
     /// The entry of `identity`, decoded by `decode`: bytes that are not a valid image are
     /// removed (`None`: the load goes on); this worker's own limits are the load's error.
-    pub(super) async fn read<F>(
+    pub(super) async fn read(
         &self,
         identity: &CacheIdentity,
-        decode: impl FnOnce(Bytes) -> F,
-    ) -> Result<Option<Loaded>>
-    where
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        decode: impl Decode,
+    ) -> Result<Option<Loaded>> {
         let Some(bytes) = self.cache.get(identity).await else {
             return Ok(None);
         };
         let len = bytes.len();
-        match decode(bytes).await {
+        match decode.decode(bytes).await {
             Ok(image) => Ok(Some(Loaded::decoded(image, Source::Disk, len))),
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 tracing::debug!(error = %e, "disk cache entry did not decode; removing it");

@@ -29,10 +29,13 @@ mod origin;
 mod path;
 mod shared;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use dashmap::DashMap;
+use mmcache_decode::DecodedImage;
 use tokio::sync::watch;
 
 use crate::background::Background;
@@ -51,6 +54,30 @@ pub(crate) use shared::SharedStep;
 
 /// Where a load in flight publishes its outcome; every joined caller holds a receiver.
 pub(crate) type InflightSlot = watch::Receiver<Option<Outcome>>;
+
+/// The decode a step is handed for the bytes it found: the decode step's, within the load's
+/// scope (made once per load by `Tiers::fill`).
+pub(super) trait Decode: Copy {
+    fn decode(self, bytes: Bytes) -> impl Future<Output = Result<Arc<DecodedImage>>>;
+}
+
+impl<D: Fn(Bytes) -> F + Copy, F: Future<Output = Result<Arc<DecodedImage>>>> Decode for D {
+    fn decode(self, bytes: Bytes) -> impl Future<Output = Result<Arc<DecodedImage>>> {
+        self(bytes)
+    }
+}
+
+/// The origin fetch and decode the shared step is handed, for its hedge to start beside a
+/// late GET: an image with its bytes (`T`).
+pub(super) trait Fetch<T>: Copy {
+    fn fetch(self) -> impl Future<Output = Result<T>>;
+}
+
+impl<T, O: Fn() -> F + Copy, F: Future<Output = Result<T>>> Fetch<T> for O {
+    fn fetch(self) -> impl Future<Output = Result<T>> {
+        self()
+    }
+}
 
 /// Every tier's step and the map of loads in flight, shared by a [`Loader`](crate::Loader)'s
 /// clones and its load tasks.

@@ -2,7 +2,6 @@
 //! task. Each step gives back what it found; only `fill` moves a load on to the next step.
 //! Also the path of a load without any cache layer ([`Tiers::bypass`]).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,9 +11,9 @@ use mmcache_origin::Admitted;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::WriteOutcome;
 
-use super::Tiers;
 use super::origin::Fetched;
 use super::shared::{Got, Hit};
+use super::{Decode, Tiers};
 use crate::error::Result;
 use crate::loaded::{Loaded, Outcome, Source};
 
@@ -53,18 +52,18 @@ impl Tiers {
             Some(shared) => shared.look(identity, origin, decode).await?,
             None => (Got::Miss, None),
         };
-        // Origin and decode, unless the shared tier answered; then the write-back.
+        // Origin and decode, unless the shared tier answered; then the write-back (only bytes
+        // that decoded): a shared hit's to the disk tier, the origin's to both tiers.
         let (outcome, wrote) = match got {
-            Got::Hit(hit) => (
-                Ok(self.write_hit(identity, hit, lock.take())),
-                WriteOutcome::Skipped,
-            ),
+            Got::Hit(hit) => self.write_hit(identity, hit, lock.take()),
             Got::Origin(fetched) => self.write_back(identity, fetched, true, &mut lock).await,
             Got::Miss => {
-                self.write_back(identity, origin().await, false, &mut lock)
-                    .await
+                let fetched = origin().await;
+                self.write_back(identity, fetched, false, &mut lock).await
             }
         };
+        // A lease this load holds is given back (or left to expire while its entry is still on
+        // its way).
         if let (Some(shared), Some(lease)) = (&self.shared, lease) {
             shared.release(identity, lease, wrote).await;
         }
@@ -82,25 +81,25 @@ impl Tiers {
     }
 
     /// The origin, then the decode of its bytes.
-    async fn fetch_and_decode<F>(
-        &self,
-        url: &Admitted,
-        decode: impl FnOnce(Bytes) -> F,
-    ) -> Result<FromOrigin>
-    where
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+    async fn fetch_and_decode(&self, url: &Admitted, decode: impl Decode) -> Result<FromOrigin> {
         let fetched = self.origin.fetch(url).await?;
-        let image = decode(fetched.bytes.clone()).await?;
+        let image = decode.decode(fetched.bytes.clone()).await?;
         Ok(FromOrigin { image, fetched })
     }
 
-    /// A shared hit: its bytes fill the host's tier too (the write takes `lock` over).
-    fn write_hit(&self, identity: &CacheIdentity, hit: Hit, lock: Option<FillLock>) -> Loaded {
+    /// A shared hit: its bytes fill the host's tier too (the write takes `lock` over). No SET
+    /// (`Skipped`).
+    fn write_hit(
+        &self,
+        identity: &CacheIdentity,
+        hit: Hit,
+        lock: Option<FillLock>,
+    ) -> (Outcome, WriteOutcome) {
         if let Some(disk) = &self.disk {
             disk.write(identity, disk.copy(&hit.bytes), lock);
         }
-        Loaded::decoded(hit.image, Source::Shared, hit.bytes.len())
+        let loaded = Loaded::decoded(hit.image, Source::Shared, hit.bytes.len());
+        (Ok(loaded), WriteOutcome::Skipped)
     }
 
     /// Writes what the origin gave (only bytes that decoded reach here) to the shared tier

@@ -7,7 +7,6 @@
 mod lease;
 mod race;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use mmcache_decode::DecodedImage;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, SharedCache, WriteOutcome};
 
+use super::{Decode, Fetch};
 use crate::config::{LeaseConfig, SharedCacheConfig};
 use crate::error::{Error, Result};
 use crate::hedge::Hedge;
@@ -53,8 +53,8 @@ pub(super) enum Got<T> {
     /// or instead of one whose node is routed around: its SET goes to the background at once
     /// instead of waiting on that node too.
     Origin(Result<T>),
-    /// Nothing usable (a miss, a failure, a value over the download cap or not an image):
-    /// the origin decides.
+    /// Nothing usable (a miss, the lease's wait in vain, a failure, a value over the download
+    /// cap or not an image): the origin decides.
     Miss,
 }
 
@@ -81,17 +81,12 @@ impl SharedStep {
     /// The hedged GET of `identity` (`origin` starts the fetch beside it when it is late),
     /// then, on a miss with the lease on, the lease. Also the lease when this load holds it:
     /// [`SharedStep::release`] it once the entry is written.
-    pub(super) async fn look<T, O, D, F>(
+    pub(super) async fn look<T>(
         &self,
         identity: &CacheIdentity,
-        origin: impl Fn() -> O + Copy,
-        decode: D,
-    ) -> Result<(Got<T>, Option<Lease>)>
-    where
-        O: Future<Output = Result<T>>,
-        D: Fn(Bytes) -> F + Copy,
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        origin: impl Fetch<T>,
+        decode: impl Decode,
+    ) -> Result<(Got<T>, Option<Lease>)> {
         let raced = self.get_or_hedge(identity, origin, decode).await;
         match &raced {
             Raced::Cache(None, GetOutcome::Oversized) => {
@@ -110,15 +105,12 @@ impl SharedStep {
     }
 
     /// What a hedged GET gave: a value it read is decoded here.
-    async fn got<T, F>(
+    async fn got<T>(
         &self,
         identity: &CacheIdentity,
         raced: Raced<T>,
-        decode: impl FnOnce(Bytes) -> F,
-    ) -> Result<Got<T>>
-    where
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        decode: impl Decode,
+    ) -> Result<Got<T>> {
         Ok(match raced {
             Raced::Cache(Some(bytes), _) => self
                 .hit(identity, bytes, decode)
@@ -133,16 +125,13 @@ impl SharedStep {
     /// Decodes a cached value. Bytes that are not a valid image are deleted (`Ok(None)`: the
     /// load goes to the origin). A limit of this worker's own (pixels, decode budget) is the
     /// load's error: the entry may serve workers with other limits, so it stays.
-    async fn hit<F>(
+    async fn hit(
         &self,
         identity: &CacheIdentity,
         bytes: Bytes,
-        decode: impl FnOnce(Bytes) -> F,
-    ) -> Result<Option<Hit>>
-    where
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
-        match decode(bytes.clone()).await {
+        decode: impl Decode,
+    ) -> Result<Option<Hit>> {
+        match decode.decode(bytes.clone()).await {
             Ok(image) => Ok(Some(Hit { image, bytes })),
             Err(Error::Decode(e)) if e.is_not_an_image() => {
                 self.corrupt.increment(1);

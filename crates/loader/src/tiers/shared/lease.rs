@@ -1,18 +1,15 @@
 //! The stampede lease on a shared miss: one worker of the fleet fills the entry, the others
 //! poll for it.
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use mmcache_decode::DecodedImage;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, LeaseOutcome, WriteOutcome};
 
 use super::{Got, SharedStep};
 use crate::error::Result;
 use crate::metrics::LeaseOutcome as LeaseLabel;
+use crate::tiers::{Decode, Fetch};
 
 /// A lease this load holds: it fills the entry, then gives the lease back
 /// ([`SharedStep::release`]). Dropped (the load deadline), it is left to expire.
@@ -23,17 +20,12 @@ impl SharedStep {
     /// for it with backoff, bounded by the lease wait, then fetch from the origin themselves.
     /// A waiter that finds the lease released or expired (its holder failed or died) takes it
     /// over at once. Any lease failure falls back to the origin.
-    pub(super) async fn lease<T, O, D, F>(
+    pub(super) async fn lease<T>(
         &self,
         identity: &CacheIdentity,
-        origin: impl Fn() -> O,
-        decode: D,
-    ) -> Result<(Got<T>, Option<Lease>)>
-    where
-        O: Future<Output = Result<T>>,
-        D: Fn(Bytes) -> F + Copy,
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        origin: impl Fetch<T>,
+        decode: impl Decode,
+    ) -> Result<(Got<T>, Option<Lease>)> {
         let deadline = Instant::now() + self.lease.wait;
         let mut pause = Duration::from_millis(5);
         let mut waited = false;
@@ -79,18 +71,13 @@ impl SharedStep {
     /// The lease holder looks once more (the previous holder may have filled the entry and
     /// released the lease between our GET and our lease); the load then fills the entry and
     /// releases the lease.
-    async fn hold<T, O, D, F>(
+    async fn hold<T>(
         &self,
         identity: &CacheIdentity,
         lease: Lease,
-        origin: impl FnOnce() -> O,
-        decode: D,
-    ) -> Result<(Got<T>, Option<Lease>)>
-    where
-        O: Future<Output = Result<T>>,
-        D: Fn(Bytes) -> F + Copy,
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        origin: impl Fetch<T>,
+        decode: impl Decode,
+    ) -> Result<(Got<T>, Option<Lease>)> {
         let raced = self.get_or_hedge(identity, origin, decode).await;
         match self.got(identity, raced, decode).await {
             Ok(got) => Ok((got, Some(lease))),

@@ -1,12 +1,10 @@
 //! The hedged shared GET: when it has not answered within the hedge delay, the origin fetch
 //! starts beside it and the first usable image wins.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mmcache_decode::DecodedImage;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, SharedCache};
 
@@ -15,6 +13,7 @@ use crate::error::Result;
 use crate::hedge::Hedge;
 use crate::metrics::HedgeOutcome;
 use crate::slow_nodes::{Change, Probe, Route};
+use crate::tiers::{Decode, Fetch};
 
 /// How a hedged GET ended.
 pub(super) enum Raced<T> {
@@ -34,16 +33,12 @@ impl SharedStep {
     /// A key whose node is routed around (late on most of its recent GETs, see `slow_nodes`)
     /// skips the GET: the origin at once, and now and then the GET as a probe in the
     /// background.
-    pub(super) async fn get_or_hedge<T, O, F>(
+    pub(super) async fn get_or_hedge<T>(
         &self,
         identity: &CacheIdentity,
-        origin: impl FnOnce() -> O,
-        decode: impl FnOnce(Bytes) -> F,
-    ) -> Raced<T>
-    where
-        O: Future<Output = Result<T>>,
-        F: Future<Output = Result<Arc<DecodedImage>>>,
-    {
+        origin: impl Fetch<T>,
+        decode: impl Decode,
+    ) -> Raced<T> {
         let shared = &self.cache;
         if !self.hedge.enabled() {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
@@ -57,7 +52,7 @@ impl SharedStep {
                 spawn_probe(&self.hedge, shared, identity, node.clone());
             }
             self.record_hedge(HedgeOutcome::RoutedAround);
-            return match origin().await {
+            return match origin.fetch().await {
                 Ok(fetched) => Raced::Origin(Ok(fetched)),
                 // The origin failed: the slow node may still hold the image, and a cache must
                 // not fail a load it could serve. Ask it, as a hedged load does (the GET is
@@ -111,7 +106,7 @@ impl SharedStep {
                 return Raced::Cache(cached, outcome);
             }
         }
-        let origin = origin();
+        let origin = origin.fetch();
         tokio::pin!(origin);
         // Phase 1: whichever answers first.
         let cached = tokio::select! {
