@@ -29,6 +29,11 @@ pub enum ColorPolicy {
     /// The mode Pillow opens the image in, unconverted ([`Mode`](crate::Mode)): SGLang's
     /// `load_image`, and vLLM with `image_mode=None`.
     Original,
+    /// No decode: the bytes come back as they are ([`Mode::Undecoded`](crate::Mode::Undecoded),
+    /// [`Undecoded::NotHere`](crate::Undecoded::NotHere)), for media this crate does not
+    /// decode (video, audio) that an engine decodes itself. Nothing is checked but the size
+    /// cap.
+    Encoded,
 }
 
 /// Whether the EXIF orientation is applied.
@@ -94,7 +99,7 @@ impl Variant {
     pub const DEFAULT: Self = Self([0; 32]);
 
     /// `key` made this variant's (the default leaves it as it is).
-    pub(crate) fn apply(self, mut key: [u8; 32]) -> [u8; 32] {
+    pub fn apply(self, mut key: [u8; 32]) -> [u8; 32] {
         for (k, m) in key.iter_mut().zip(self.0) {
             *k ^= m;
         }
@@ -145,6 +150,17 @@ impl DecodeProfile {
         }
     }
 
+    /// The encoded bytes alone, for the engine's own decoder ([`ColorPolicy::Encoded`]).
+    pub const fn encoded() -> Self {
+        Self {
+            layout: PixelLayout::Rgbx,
+            color: ColorPolicy::Encoded,
+            orientation: Orientation::AsStored,
+            keep_source: true,
+            fallback: Fallback::Caller,
+        }
+    }
+
     /// SGLang's `load_image` on the CPU: the original mode, as stored.
     pub const fn sglang() -> Self {
         Self {
@@ -162,6 +178,7 @@ impl DecodeProfile {
             ColorPolicy::Rgb => (0, [0; 3]),
             ColorPolicy::RgbOver { background } => (1, background),
             ColorPolicy::Original => (2, [0; 3]),
+            ColorPolicy::Encoded => (3, [0; 3]),
         };
         let layout = match self.layout {
             PixelLayout::Rgb => 0,
@@ -204,6 +221,7 @@ impl DecodeProfile {
             ColorPolicy::Rgb => "rgb",
             ColorPolicy::RgbOver { .. } => "rgb_over",
             ColorPolicy::Original => "original",
+            ColorPolicy::Encoded => "encoded",
         }
     }
 }
@@ -222,6 +240,7 @@ mod tests {
             DecodeProfile::vllm_rgb([255, 255, 254]),
             DecodeProfile::vllm_original(),
             DecodeProfile::sglang(),
+            DecodeProfile::encoded(),
             DecodeProfile {
                 keep_source: true,
                 ..base

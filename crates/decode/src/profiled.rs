@@ -28,6 +28,9 @@ pub fn decode_profiled(
     limits: &DecodeLimits,
     profile: &DecodeProfile,
 ) -> Result<DecodedImage> {
+    if profile.color == ColorPolicy::Encoded {
+        return Ok(encoded(bytes));
+    }
     let limits = limits.with_layout(profile.layout);
     probe(bytes, &limits)
         .and_then(|p| decode_as(bytes, &p, &limits, profile))
@@ -52,6 +55,9 @@ pub fn decode_as(
     profile: &DecodeProfile,
 ) -> Result<DecodedImage> {
     let rgb_limits = limits.with_layout(profile.layout);
+    if profile.color == ColorPolicy::Encoded {
+        return Ok(encoded(bytes));
+    }
     if *profile == DecodeProfile::rgb(profile.layout) {
         return decode_probed(bytes, probe, &rgb_limits);
     }
@@ -113,6 +119,7 @@ pub fn decode_as(
                 }
             }
         }
+        ColorPolicy::Encoded => return Ok(encoded(bytes)),
         ColorPolicy::Original => {
             let raster = native::raster(bytes, probe, limits, profile.layout)?;
             if let Some(why) = raster.unlike_pillow {
@@ -158,6 +165,14 @@ pub fn decode_as(
     } else {
         image
     })
+}
+
+/// `bytes`, undecoded as [`ColorPolicy::Encoded`] asks.
+pub fn encoded(bytes: &Bytes) -> DecodedImage {
+    DecodedImage::undecoded_from(
+        bytes.clone(),
+        Undecoded::NotHere("not decoded: the profile asks for the encoded bytes".into()),
+    )
 }
 
 fn details(mode: Mode, opened: Option<Opened>) -> Details {

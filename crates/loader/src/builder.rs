@@ -14,9 +14,8 @@ use crate::config::{Config, LeaseConfig};
 use crate::error::ConfigError;
 use crate::handle::Loader;
 use crate::hedge::{Hedge, HedgeSettings};
-use crate::loaded::Source;
 use crate::metrics;
-use crate::tiers::Tiers;
+use crate::tiers::{DecodeStep, DiskStep, MemoryStep, OriginStep, SharedStep, Tiers};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -143,6 +142,13 @@ impl LoaderBuilder {
     /// Allow `http://` and internal addresses.
     pub fn allow_internal(mut self, on: bool) -> Self {
         self.config.allow_internal = on;
+        self
+    }
+
+    /// Fetch `http://` URLs of public addresses (`MMCACHE_ALLOW_HTTP`); internal addresses
+    /// stay refused unless [`LoaderBuilder::allow_internal`].
+    pub fn allow_http(mut self, on: bool) -> Self {
+        self.config.allow_http = on;
         self
     }
 
@@ -387,12 +393,11 @@ impl LoaderBuilder {
             disk.set_read_memory(wait, now);
             disk
         });
-        let decoded = DecodedCache::with_max_pixels(
+        let decoded = Arc::new(DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,
             config.max_pixels,
-        );
-        let memory_hits = ::metrics::counter!(metrics::LOADS.name, "source" => Source::Memory.as_str(), "outcome" => metrics::Outcome::Ok.as_str());
+        ));
         let background: Arc<crate::background::Background> = Default::default();
         let embeddings = crate::embeddings::Embeddings::new(
             &config,
@@ -404,21 +409,20 @@ impl LoaderBuilder {
                 &background,
             ),
         );
+        let hedge = Arc::new(Hedge::new(config.hedge));
         Ok(Loader {
             tiers: Arc::new(Tiers {
-                limits,
-                budget,
-                hedge: Arc::new(Hedge::new(config.hedge)),
-                config,
-                origin,
-                shared,
-                disk,
-                decoded,
+                memory: MemoryStep::new(decoded.clone()),
                 inflight: DashMap::new(),
-                fill_locks: DashMap::new(),
-                background,
+                disk: disk.map(|disk| DiskStep::new(disk, &config, &background, &write_memory)),
+                shared: shared.map(|shared| SharedStep::new(shared, &hedge, &config.shared)),
+                origin: OriginStep::new(origin, &config),
+                decode: DecodeStep::new(limits, budget, decoded),
                 write_memory,
-                memory_hits,
+                hedge,
+                background,
+                default_profile: mmcache_decode::DecodeProfile::rgb(config.pixel_layout),
+                config,
                 metrics: metrics::Handles::new(),
             }),
             embeddings,

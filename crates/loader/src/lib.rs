@@ -145,12 +145,12 @@ impl Loader {
 
     /// The decoded-image cache (stats, manual eviction).
     pub fn decoded_cache(&self) -> &DecodedCache {
-        &self.tiers.decoded
+        self.tiers.memory.cache()
     }
 
     /// The origin client (policy checks, direct fetches).
     pub fn origin(&self) -> &Origin {
-        &self.tiers.origin
+        self.tiers.origin.client()
     }
 
     /// How often this loader hedged its shared-cache GETs, and the current delay.
@@ -160,12 +160,12 @@ impl Loader {
 
     /// The host's disk tier, when enabled.
     pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.tiers.disk.as_ref()
+        self.tiers.disk.as_ref().map(|disk| disk.cache())
     }
 
     /// The shared cache, when enabled.
     pub fn shared_cache(&self) -> Option<&SharedCache> {
-        self.tiers.shared.as_ref()
+        self.tiers.shared.as_ref().map(|shared| shared.cache())
     }
 
     /// The embedding caches: [`Embeddings::get_or_compute`].
@@ -195,7 +195,18 @@ impl Loader {
     /// would look further (a miss, a `data:` URL, no usable scope in scoped mode). For callers
     /// that can skip a task or a thread hop when the image is in memory.
     pub fn load_cached(&self, url: &str, scope: Option<&Scope>) -> Option<Arc<DecodedImage>> {
-        self.tiers.load_cached(url, scope)
+        self.tiers
+            .load_cached(url, scope, self.tiers.default_want())
+    }
+
+    /// [`Loader::load_cached`] in the decode profile `profile`.
+    pub fn load_cached_as(
+        &self,
+        url: &str,
+        scope: Option<&Scope>,
+        profile: &DecodeProfile,
+    ) -> Option<Arc<DecodedImage>> {
+        self.tiers.load_cached(url, scope, self.tiers.want(profile))
     }
 
     /// Like [`Loader::load`], also saying where the image came from.
@@ -204,7 +215,46 @@ impl Loader {
     ///
     /// See [`Error`].
     pub async fn load_detailed(&self, url: &str, scope: Option<&Scope>) -> Result<Loaded> {
-        self.tiers.load(url, scope).await
+        self.tiers.load(url, scope, self.tiers.default_want()).await
+    }
+
+    /// Loads `url` within `scope`, decoded as `profile` asks: an engine's pixels (vLLM's,
+    /// SGLang's; see [`DecodeProfile`]). Every tier serves it; the encoded tiers (disk,
+    /// shared) are the same for every profile, the decoded cache and the loads in flight are
+    /// per profile (two profiles never share an image). With
+    /// [`Fallback::Caller`](mmcache_decode::Fallback::Caller), bytes this crate cannot decode
+    /// exactly as the profile asks come back undecoded ([`Mode::Undecoded`], the bytes in
+    /// [`DecodedImage::source`]) for the engine's own decoder: those of another image format
+    /// are cached like any image, those the decoders refused are kept by no cache.
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`].
+    pub async fn load_as(
+        &self,
+        url: &str,
+        scope: Option<&Scope>,
+        profile: &DecodeProfile,
+    ) -> Result<Loaded> {
+        self.tiers.load(url, scope, self.tiers.want(profile)).await
+    }
+
+    /// Decodes `bytes` as `profile` asks, within the decode budget and the download cap
+    /// (`DYN_MM_MAX_FILE_SIZE_MB`), with no cache layer: for bytes an engine read itself (a
+    /// `data:` URL it parsed, a local file it may open).
+    ///
+    /// # Errors
+    ///
+    /// See [`Error`]: the cap, the decode budget, the decode's refusals (with
+    /// [`Fallback::Caller`](mmcache_decode::Fallback::Caller), those come back undecoded).
+    pub async fn decode_as(
+        &self,
+        bytes: bytes::Bytes,
+        profile: &DecodeProfile,
+    ) -> Result<Arc<DecodedImage>> {
+        self.tiers
+            .decode_bytes(bytes, self.tiers.want(profile))
+            .await
     }
 
     /// Loads every URL concurrently, keeping order. When any load fails, the error returned is

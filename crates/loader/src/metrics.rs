@@ -272,21 +272,15 @@ pub fn describe() {
     }
 }
 
-/// The loader's metric handles, one per label combination, resolved when the loader is built:
-/// no registry lookup and no label allocation per load.
+/// The metric handles of a load as a whole (each tier's step holds its own), one per label
+/// combination, resolved when the loader is built: no registry lookup and no label
+/// allocation per load.
 pub(crate) struct Handles {
     loads_ok: PerLabel<Counter>,
     loads_error: PerLabel<Counter>,
     load_duration: PerLabel<Histogram>,
-    decode_duration: PerLabel<Histogram>,
-    origin_duration: PerLabel<Histogram>,
-    leases: PerLabel<Counter>,
-    pub(crate) origin_bytes: Counter,
-    pub(crate) corrupt: Counter,
-    pub(crate) oversized: Counter,
     pub(crate) bypass: Counter,
     pub(crate) load_timeouts: Counter,
-    pub(crate) content_shared: Counter,
 }
 
 impl std::fmt::Debug for Handles {
@@ -310,27 +304,11 @@ impl Handles {
                 Source::ALL,
                 |s: Source| ::metrics::histogram!(LOAD_DURATION.name, "source" => s.as_str()),
             ),
-            decode_duration: PerLabel::new(
-                ImageFormat::ALL,
-                |f: ImageFormat| ::metrics::histogram!(DECODE_DURATION.name, "format" => f.as_str()),
-            ),
-            origin_duration: PerLabel::new(
-                Outcome::ALL,
-                |o: Outcome| ::metrics::histogram!(ORIGIN_FETCH_DURATION.name, "outcome" => o.as_str()),
-            ),
-            leases: PerLabel::new(
-                LeaseOutcome::ALL,
-                |o: LeaseOutcome| ::metrics::counter!(LEASES.name, "outcome" => o.as_str()),
-            ),
-            origin_bytes: ::metrics::counter!(ORIGIN_FETCH_BYTES.name),
-            corrupt: ::metrics::counter!(SHARED_CORRUPT.name),
-            oversized: ::metrics::counter!(SHARED_OVERSIZED.name),
             bypass: ::metrics::counter!(
                 BYPASSES.name,
                 "reason" => BypassReason::NoScope.as_str()
             ),
             load_timeouts: ::metrics::counter!(LOAD_TIMEOUTS.name),
-            content_shared: ::metrics::counter!(CONTENT_SHARED.name),
         }
     }
 
@@ -344,18 +322,6 @@ impl Handles {
 
     pub(crate) fn load_duration(&self, source: Source) -> &Histogram {
         self.load_duration.get(source as usize)
-    }
-
-    pub(crate) fn decode_duration(&self, format: ImageFormat) -> &Histogram {
-        self.decode_duration.get(format as usize)
-    }
-
-    pub(crate) fn origin_duration(&self, outcome: Outcome) -> &Histogram {
-        self.origin_duration.get(outcome as usize)
-    }
-
-    pub(crate) fn lease(&self, outcome: LeaseOutcome) -> &Counter {
-        self.leases.get(outcome as usize)
     }
 }
 

@@ -86,6 +86,9 @@ pub const DEFAULT_MAX_REDIRECTS: u8 = 3;
 pub struct OriginConfig {
     /// Allow `http://` and internal addresses (`DYN_MM_ALLOW_INTERNAL=1`). Default false.
     pub allow_internal: bool,
+    /// Allow `http://` to public addresses (`MMCACHE_ALLOW_HTTP=1`); internal ones stay
+    /// refused unless [`OriginConfig::allow_internal`]. Default false.
+    pub allow_http: bool,
     /// Hard cap on a body in bytes. Default [`DEFAULT_MAX_BODY_BYTES`].
     pub max_body_bytes: u64,
     /// Connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`].
@@ -116,6 +119,7 @@ impl Default for OriginConfig {
     fn default() -> Self {
         Self {
             allow_internal: false,
+            allow_http: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout: DEFAULT_FETCH_TIMEOUT,
@@ -309,6 +313,7 @@ impl Origin {
         policy::check_parsed_with(
             url,
             c.allow_internal,
+            c.allow_http,
             c.loopback_is_public(),
             &c.allowed_domains,
         )

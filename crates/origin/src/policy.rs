@@ -41,7 +41,13 @@ pub fn parse(raw: &str) -> Result<Url, PolicyViolation> {
 ///
 /// A [`PolicyViolation`] saying what was refused.
 pub fn check_parsed(url: &Url, allow_internal: bool) -> Result<(), PolicyViolation> {
-    check_parsed_with(url, allow_internal, false, &DomainAllowlist::default())
+    check_parsed_with(
+        url,
+        allow_internal,
+        false,
+        false,
+        &DomainAllowlist::default(),
+    )
 }
 
 /// Hosts an operator allows images from (`MMCACHE_ALLOWED_MEDIA_DOMAINS`, like vLLM's
@@ -142,18 +148,19 @@ fn root_label_dropped(d: &str) -> &str {
     d.strip_suffix('.').unwrap_or(d)
 }
 
-/// [`check_parsed`] where `loopback_is_public` treats 127.0.0.0/8 as public and allows `http`
-/// (for tests of the internal-address refusals, which need a reachable first hop), and the
-/// allowed media domains apply.
+/// [`check_parsed`] where `allow_http` allows `http` to public addresses, `loopback_is_public`
+/// treats 127.0.0.0/8 as public and allows `http` (for tests of the internal-address refusals,
+/// which need a reachable first hop), and the allowed media domains apply.
 pub(crate) fn check_parsed_with(
     url: &Url,
     allow_internal: bool,
+    allow_http: bool,
     loopback_is_public: bool,
     allowlist: &DomainAllowlist,
 ) -> Result<(), PolicyViolation> {
     match url.scheme() {
         "https" => {}
-        "http" if allow_internal || loopback_is_public => {}
+        "http" if allow_internal || allow_http || loopback_is_public => {}
         "file" => return Err(PolicyViolation::LocalFile),
         other => return Err(PolicyViolation::Scheme(other.to_owned())),
     }
@@ -438,7 +445,7 @@ mod tests {
         );
         // Refused with 403 by the policy, naming the host.
         let url = Url::parse("https://other.example.org/a.png").unwrap();
-        let err = check_parsed_with(&url, false, false, &list).unwrap_err();
+        let err = check_parsed_with(&url, false, false, false, &list).unwrap_err();
         assert_eq!(err.http_status(), 403);
         assert!(err.to_string().contains("other.example.org"));
     }

@@ -75,6 +75,8 @@ pub struct Config {
     pub session_scoped: bool,
     /// Allow `http://` and internal addresses. Default false.
     pub allow_internal: bool,
+    /// `MMCACHE_ALLOW_HTTP`: `http://` to public addresses (internal ones stay refused).
+    pub allow_http: bool,
     /// The host's disk tier, in the crate's own configuration: an empty `dir` (the default)
     /// keeps the tier off. The loader sets its `max_entry_bytes` when it builds (the download
     /// cap).
@@ -133,6 +135,7 @@ impl Default for Config {
             max_file_size_bytes: mmcache_origin::DEFAULT_MAX_BODY_BYTES,
             session_scoped: false,
             allow_internal: false,
+            allow_http: false,
             disk: DiskCacheConfig::default(),
             allowed_media_domains: Vec::new(),
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,

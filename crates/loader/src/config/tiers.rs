@@ -26,6 +26,7 @@ impl Config {
     ) -> OriginConfig {
         let mut c = OriginConfig::default();
         c.allow_internal = self.allow_internal;
+        c.allow_http = self.allow_http;
         c.allowed_domains = allowlist;
         c.max_body_bytes = self.max_file_size_bytes;
         c.connect_timeout = self.origin_connect_timeout;

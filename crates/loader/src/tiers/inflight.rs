@@ -5,7 +5,7 @@ use std::sync::Arc;
 use mmcache_scope::CacheIdentity;
 use tokio::sync::watch;
 
-use super::{Tiers, content, inflight_key};
+use super::{Tiers, Want};
 use crate::error::Error;
 use crate::loaded::Outcome;
 
@@ -16,8 +16,9 @@ impl Tiers {
         self: &Arc<Self>,
         identity: CacheIdentity,
         url: &str,
+        want: Want,
     ) -> (Outcome, bool) {
-        let key = inflight_key(&identity);
+        let key = want.variant.apply(identity.digest());
         let (mut rx, joined) = match self.inflight.entry(key) {
             dashmap::Entry::Occupied(slot) => (slot.get().clone(), true),
             dashmap::Entry::Vacant(slot) => {
@@ -28,12 +29,11 @@ impl Tiers {
                 tokio::spawn(async move {
                     // Leaves the map even if `fill` panics, so the next load starts afresh.
                     let leave = LeaveInflight { inner: &inner, key };
-                    let fill = content::filling(identity.clone(), inner.fill(&identity, &url));
+                    let fill = inner.fill(&identity, &url, want);
                     let mut outcome = inner.within_deadline(fill).await;
                     if let Ok(loaded) = &mut outcome {
-                        // The cache may already hold this content (a concurrent load of
-                        // another URL): every waiter gets the one copy it keeps.
-                        loaded.image = inner.decoded.insert(&identity, loaded.image.clone());
+                        let image = loaded.image.clone();
+                        loaded.image = inner.memory.insert(&identity, want.variant, image);
                     }
                     // Leave the map before publishing: a later load sees the cache or retries.
                     drop(leave);

@@ -5,29 +5,52 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use mmcache_decode::DecodedImage as Image;
+use mmcache_decode::{DecodeProfile, DecodedImage as Image, Variant};
 use mmcache_scope::{CacheIdentity, Scope};
 
-use super::Tiers;
+use super::{Tiers, Want};
+use crate::error::Result;
 use crate::loaded::{Loaded, Outcome, Source};
 use crate::metrics;
 use mmcache_origin::data_url;
 
 impl Tiers {
-    /// Loads `url` within `scope` (see [`Loader::load_detailed`](crate::Loader::load_detailed)).
-    pub(crate) async fn load(self: &Arc<Self>, url: &str, scope: Option<&Scope>) -> Outcome {
+    /// The profile of this loader's own loads (`load`, `load_detailed`).
+    pub(crate) fn default_want(&self) -> Want {
+        Want {
+            profile: self.default_profile,
+            variant: Variant::DEFAULT,
+        }
+    }
+
+    /// What a load in `profile` wants.
+    pub(crate) fn want(&self, profile: &DecodeProfile) -> Want {
+        Want {
+            profile: *profile,
+            variant: profile.variant(&self.default_profile),
+        }
+    }
+
+    /// Loads `url` within `scope`, decoded as `want` asks (see
+    /// [`Loader::load_detailed`](crate::Loader::load_detailed)).
+    pub(crate) async fn load(
+        self: &Arc<Self>,
+        url: &str,
+        scope: Option<&Scope>,
+        want: Want,
+    ) -> Outcome {
         if data_url::is_data_url(url) {
-            return self.record(Source::Data, self.load_data_url(url).await);
+            return self.record(Source::Data, self.load_data_url(url, want).await);
         }
         let Some(identity) = self.identity(url, scope) else {
             // Scoped mode without a usable scope: no cache layer at all, every limit still applies.
             self.metrics.bypass.increment(1);
             let started = Instant::now();
-            let result = self.within_deadline(self.fetch_and_decode(url)).await;
+            let result = self.within_deadline(self.bypass(url, want)).await;
             self.observe(Source::Origin, started);
             return self.record(Source::Origin, result);
         };
-        if let Some(image) = self.memory_hit(&identity) {
+        if let Some(image) = self.memory.get(&identity, want.variant) {
             return Ok(Loaded {
                 image,
                 source: Source::Memory,
@@ -35,7 +58,7 @@ impl Tiers {
             });
         }
         let started = Instant::now();
-        let (outcome, joined) = self.join_or_start(identity, url).await;
+        let (outcome, joined) = self.join_or_start(identity, url, want).await;
         // A joined load's image came from another caller's load: none of its bytes were read
         // here.
         let outcome = outcome.map(|loaded| {
@@ -60,11 +83,29 @@ impl Tiers {
 
     /// The memory hit of [`Tiers::load`], without awaiting (see
     /// [`Loader::load_cached`](crate::Loader::load_cached)).
-    pub(crate) fn load_cached(&self, url: &str, scope: Option<&Scope>) -> Option<Arc<Image>> {
+    pub(crate) fn load_cached(
+        &self,
+        url: &str,
+        scope: Option<&Scope>,
+        want: Want,
+    ) -> Option<Arc<Image>> {
         if data_url::is_data_url(url) {
             return None;
         }
-        self.memory_hit(&self.identity(url, scope)?)
+        self.memory.get(&self.identity(url, scope)?, want.variant)
+    }
+
+    /// Decodes `bytes` as `want` asks, within the decode budget, with no cache layer (see
+    /// [`Loader::decode_as`](crate::Loader::decode_as)).
+    pub(crate) async fn decode_bytes(&self, bytes: Bytes, want: Want) -> Result<Arc<Image>> {
+        if bytes.len() as u64 > self.config.max_file_size_bytes {
+            return Err(crate::error::Error::Origin(
+                mmcache_origin::Error::TooLarge {
+                    limit: self.config.max_file_size_bytes,
+                },
+            ));
+        }
+        self.decode.image(bytes, None, want).await
     }
 
     /// The identity `url` is cached under, `None` in scoped mode without a usable scope.
@@ -72,17 +113,10 @@ impl Tiers {
         CacheIdentity::resolve(self.config.session_scoped, url, scope)
     }
 
-    /// The decoded cache's image for `identity`, counted as a memory hit.
-    fn memory_hit(&self, identity: &CacheIdentity) -> Option<Arc<Image>> {
-        let image = self.decoded.get(identity)?;
-        self.memory_hits.increment(1);
-        Some(image)
-    }
-
-    async fn load_data_url(&self, url: &str) -> Outcome {
+    async fn load_data_url(&self, url: &str, want: Want) -> Outcome {
         let bytes = data_url::decode_payload(url, self.config.max_file_size_bytes)?;
         let len = bytes.len();
-        let image = self.decode(Bytes::from(bytes)).await?;
+        let image = self.decode.image(Bytes::from(bytes), None, want).await?;
         Ok(Loaded::decoded(image, Source::Data, len))
     }
 

@@ -41,6 +41,8 @@ pub const DECODE_WAIT_SECS: &str = "MMCACHE_DECODE_WAIT_SECS";
 /// Comma-separated hosts images may come from: `example.com` (exactly that host),
 /// `*.example.com` (its subdomains), IP addresses.
 pub const ALLOWED_MEDIA_DOMAINS: &str = "MMCACHE_ALLOWED_MEDIA_DOMAINS";
+/// `0` or `1`: fetch `http://` URLs of public addresses.
+pub const ALLOW_HTTP: &str = "MMCACHE_ALLOW_HTTP";
 /// Overall deadline of a load in seconds.
 pub const LOAD_TIMEOUT_SECS: &str = "MMCACHE_LOAD_TIMEOUT_SECS";
 /// Bytes all downloads in flight may hold together.
@@ -160,7 +162,7 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
 
 /// The JPEG decoder, the formats, the pixel layout, the decode budget and the media-domain
 /// allowlist.
-pub(super) const DECODE_AND_POLICY: [Setting; 8] = [
+pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
     Setting {
         name: JPEG_DECODER,
         section: Section::Own,
@@ -284,6 +286,21 @@ pub(super) const DECODE_AND_POLICY: [Setting; 8] = [
         python_value: "float seconds",
         read: |c, v| {
             c.decode_wait = parse_secs(DECODE_WAIT_SECS, v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        name: ALLOW_HTTP,
+        section: Section::Own,
+        checked_by: CheckedBy::Loader,
+        default: "`0`",
+        rule: "`0` or `1`",
+        doc: ": `1` fetches `http://` URLs too (vLLM's connector does); internal addresses stay \
+            refused unless `DYN_MM_ALLOW_INTERNAL=1`. `mmcache.vllm` turns it on unless it is set",
+        python: "allow_http",
+        python_value: "bool",
+        read: |c, v| {
+            c.allow_http = parse_flag(ALLOW_HTTP, v)?;
             Ok(())
         },
     },

@@ -5,41 +5,41 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mmcache_origin::Admitted;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::{GetOutcome, SharedCache};
 
-use super::Tiers;
-use super::origin::FromOrigin;
+use super::{Hit, SharedStep};
 use crate::error::Result;
 use crate::hedge::Hedge;
-use crate::loaded::Loaded;
 use crate::metrics::HedgeOutcome;
 use crate::slow_nodes::{Change, Probe, Route};
+use crate::tiers::{Decode, Fetch};
 
 /// How a hedged GET ended.
-pub(super) enum Raced {
+pub(super) enum Raced<T> {
     /// The GET answered first (or no hedge ran): its value and outcome.
     Cache(Option<Bytes>, GetOutcome),
     /// A late hit decoded before the origin answered.
-    Hit(Loaded),
-    /// The origin answered first: its decoded image and bytes, or its error.
-    Origin(Result<FromOrigin>),
+    Hit(Hit),
+    /// The origin answered first: what `origin` gave, or its error.
+    Origin(Result<T>),
 }
 
-impl Tiers {
-    /// The shared GET, hedged: when it has not answered within the hedge delay, the origin
-    /// fetch starts beside it and the first usable image wins (a late hit still wins if it
-    /// decodes before the origin answers). The GET runs in its own task, so a hedged-away GET
-    /// still finishes and its failure still counts toward the node's breaker. A key whose
-    /// node is routed around (late on most of its recent GETs, see `slow_nodes`) skips the
-    /// GET: the origin at once, and now and then the GET as a probe in the background.
-    pub(super) async fn get_or_hedge(
+impl SharedStep {
+    /// The shared GET, hedged: when it has not answered within the hedge delay, `origin`
+    /// starts the fetch beside it and the first usable image wins (a late hit still wins if
+    /// `decode` decodes it before the origin answers). The GET runs in its own task, so a
+    /// hedged-away GET still finishes and its failure still counts toward the node's breaker.
+    /// A key whose node is routed around (late on most of its recent GETs, see `slow_nodes`)
+    /// skips the GET: the origin at once, and now and then the GET as a probe in the
+    /// background.
+    pub(super) async fn get_or_hedge<T>(
         &self,
-        shared: &SharedCache,
         identity: &CacheIdentity,
-        url: &Admitted,
-    ) -> Raced {
+        origin: impl Fetch<T>,
+        decode: impl Decode,
+    ) -> Raced<T> {
+        let shared = &self.cache;
         if !self.hedge.enabled() {
             let (cached, outcome) = shared.get_with_outcome(identity).await;
             return Raced::Cache(cached, outcome);
@@ -52,13 +52,13 @@ impl Tiers {
                 spawn_probe(&self.hedge, shared, identity, node.clone());
             }
             self.record_hedge(HedgeOutcome::RoutedAround);
-            return match self.fetch_and_decode_bytes(url).await {
-                Ok(fetched) => Raced::Origin(Ok(fetched.hedged())),
+            return match origin.fetch().await {
+                Ok(fetched) => Raced::Origin(Ok(fetched)),
                 // The origin failed: the slow node may still hold the image, and a cache must
                 // not fail a load it could serve. Ask it, as a hedged load does (the GET is
                 // bounded by the operation deadline).
                 Err(e) => match shared.get_with_outcome(identity).await {
-                    (Some(bytes), _) => match self.decode_cached(shared, identity, bytes).await {
+                    (Some(bytes), _) => match self.hit(identity, bytes, decode).await {
                         Ok(Some(hit)) => Raced::Hit(hit),
                         _ => Raced::Origin(Err(e)),
                     },
@@ -106,20 +106,20 @@ impl Tiers {
                 return Raced::Cache(cached, outcome);
             }
         }
-        let origin = self.fetch_and_decode_bytes(url);
+        let origin = origin.fetch();
         tokio::pin!(origin);
         // Phase 1: whichever answers first.
         let cached = tokio::select! {
             fetched = &mut origin => match fetched {
                 Ok(fetched) => {
                     self.record_hedge(HedgeOutcome::OriginWon);
-                    return Raced::Origin(Ok(fetched.hedged()));
+                    return Raced::Origin(Ok(fetched));
                 }
                 // A fast origin failure must not beat a slow cache hit: wait for the GET.
                 Err(e) => {
                     let (cached, _) = joined(get.await);
                     return match cached {
-                        Some(bytes) => match self.decode_cached(shared, identity, bytes).await {
+                        Some(bytes) => match self.hit(identity, bytes, decode).await {
                             Ok(Some(hit)) => {
                                 self.record_hedge(HedgeOutcome::CacheWon);
                                 Raced::Hit(hit)
@@ -134,13 +134,13 @@ impl Tiers {
         };
         // Phase 2: a late hit races the origin through its decode.
         if let Some(bytes) = cached {
-            let decoded = self.decode_cached(shared, identity, bytes);
+            let decoded = self.hit(identity, bytes, decode);
             tokio::pin!(decoded);
             tokio::select! {
                 fetched = &mut origin => match fetched {
                     Ok(fetched) => {
                         self.record_hedge(HedgeOutcome::OriginWon);
-                        return Raced::Origin(Ok(fetched.hedged()));
+                        return Raced::Origin(Ok(fetched));
                     }
                     Err(e) => {
                         if let Ok(Some(hit)) = decoded.await {
@@ -159,7 +159,7 @@ impl Tiers {
             }
         }
         self.record_hedge(HedgeOutcome::OriginWon);
-        Raced::Origin(origin.await.map(FromOrigin::hedged))
+        Raced::Origin(origin.await)
     }
 
     fn record_hedge(&self, outcome: HedgeOutcome) {
