@@ -22,6 +22,7 @@ mod errors;
 mod exit;
 mod loader;
 mod pixels;
+mod profiled;
 mod runtime;
 mod shared_stats;
 mod tensor;
@@ -126,6 +127,7 @@ fn text_or_bytes(obj: &Bound<'_, PyAny>) -> PyResult<(String, Vec<u8>)> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<pixels::Pixels>()?;
+    m.add_class::<profiled::ProfiledLoader>()?;
     m.add_class::<embeddings::Embeddings>()?;
     m.add_class::<embeddings::CachedEmbedding>()?;
     m.add_class::<tensor::TensorBytes>()?;

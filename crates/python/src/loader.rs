@@ -270,6 +270,35 @@ impl Loader {
         ))
     }
 
+    /// The loader's loads in one decode profile (see `mmcache.vllm`, `mmcache.sglang`):
+    /// `color` `"rgb"` (with `background`: composited over it, vLLM's), `"original"` (the
+    /// mode Pillow opens) or `"encoded"` (the bytes alone); `exif_orientation` applies the
+    /// EXIF orientation; `keep_source` keeps the encoded bytes with each image; `fallback`
+    /// hands back, undecoded, what is not decoded exactly as the profile asks.
+    #[pyo3(name = "_profiled", signature = (color, *, background=None, exif_orientation=false, keep_source=false, fallback=false))]
+    fn profiled(
+        &self,
+        color: &str,
+        background: Option<(u8, u8, u8)>,
+        exif_orientation: bool,
+        keep_source: bool,
+        fallback: bool,
+    ) -> PyResult<crate::profiled::ProfiledLoader> {
+        runtime::check_owner(self.pid)?;
+        let profile = crate::profiled::profile_of(
+            color,
+            background,
+            exif_orientation,
+            keep_source,
+            fallback,
+        )?;
+        Ok(crate::profiled::ProfiledLoader::new(
+            self.loader().clone(),
+            profile,
+            self.pid,
+        ))
+    }
+
     fn __repr__(&self) -> String {
         format!("<mmcache.Loader {:?}>", self.loader().config())
     }

@@ -36,7 +36,6 @@ import asyncio
 import logging
 import math
 import os
-import weakref
 from collections.abc import Mapping
 from typing import Any, Final, Optional
 from urllib.parse import urlsplit
@@ -47,6 +46,7 @@ from PIL import Image
 from . import _native
 from . import errors as _errors
 from . import Loader
+from ._pil import _ARROW_EXPORT_SAFE, _arrow_export_of_a_copy, _CopyFirst, _SharedLoad
 
 logger = logging.getLogger(__name__)
 
@@ -155,98 +155,6 @@ def _http_timeout(default: float) -> float:
         logger.warning("Ignoring invalid DYN_MM_HTTP_TIMEOUT=%r; using %ss", raw, default)
         return default
     return value
-
-
-class _PixelAccess:
-    """What ``load()`` returns for a PIL image over cached pixels while they are shared: reads
-    go through Pillow's own (read-only) pixel access, at its speed; the first write goes
-    through the image's ``putpixel``, so it first copies the pixels (Pillow's copy-on-write of
-    a read-only image) instead of failing as Pillow's read-only access would. Once the image
-    has pixels of its own (by this access or by any other write: ``paste``, ``ImageDraw``),
-    reads and writes use Pillow's access to them, so no read sees the pixels from before."""
-
-    __slots__ = ("_image", "_core", "_access")
-
-    def __init__(self, image: Image.Image, native: Any) -> None:
-        self._image = image
-        self._core = image.im
-        self._access = native
-
-    def _current(self) -> Any:
-        image = self._image
-        if image.im is not self._core:  # written since: Pillow's access to the new pixels
-            self._core = image.im
-            self._access = Image.Image.load(image)
-        return self._access
-
-    def __getitem__(self, xy: Any) -> Any:
-        return self._current()[xy]
-
-    def __setitem__(self, xy: Any, color: Any) -> None:
-        if self._image.readonly:
-            self._image.putpixel(xy, color)  # copies the shared pixels first
-        else:
-            self._current()[xy] = color
-
-    getpixel = __getitem__
-    putpixel = __setitem__
-
-
-class _SharedLoad:
-    """``image.load`` of a PIL image over cached pixels: Pillow's ``load``, except that while
-    the pixels are shared (the image is read-only) the pixel access is a :class:`_PixelAccess`.
-    It holds the image weakly: no reference cycle keeps the cached pixels alive."""
-
-    __slots__ = ("_image",)
-
-    def __init__(self, image: Image.Image) -> None:
-        self._image = weakref.ref(image)
-
-    def __call__(self) -> Any:
-        image = self._image()
-        if image is None:
-            raise ReferenceError("the image of this load() is gone")
-        access = Image.Image.load(image)
-        if access is None or not image.readonly:
-            return access  # after a write the image owns its pixels: Pillow's own access
-        return _PixelAccess(image, access)
-
-
-class _CopyFirst:
-    """An image method that writes through the image's core past its read-only flag (Pillow's
-    ``frombytes``): bound to an image over cached pixels, it first gives the image pixels of
-    its own, as Pillow's other writes do. Holds the image weakly, as :class:`_SharedLoad`."""
-
-    __slots__ = ("_image", "_method")
-
-    def __init__(self, image: Image.Image, method: Any) -> None:
-        self._image = weakref.ref(image)
-        self._method = method
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        image = self._image()
-        if image is None:
-            raise ReferenceError("the image of this method is gone")
-        image._ensure_mutable()
-        return self._method(image, *args, **kwargs)
-
-
-def _arrow_export_of_a_copy(image: Image.Image) -> Any:
-    """``__arrow_c_array__`` for Pillow before 13, whose export of an image over a foreign
-    buffer crashes the process: it exports a copy (an Arrow consumer gets the same pixels)."""
-    ref = weakref.ref(image)
-
-    def export(requested_schema: Any = None) -> Any:
-        target = ref()
-        if target is None:
-            raise ReferenceError("the image of this export is gone")
-        return target.copy().__arrow_c_array__(requested_schema)
-
-    return export
-
-
-# Pillow 13 exports an image over a foreign buffer; 11.3 to 12.3 crash (tests/python/test_pil.py).
-_ARROW_EXPORT_SAFE = tuple(int(p) for p in Image.__version__.split(".")[:1]) >= (13,)
 
 
 _fallback_logged = False
