@@ -67,6 +67,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
     python_package(&python, &valkey)?;
+    engines(&wheel)?;
     deploy_kit(&python)?;
     step(
         "doc",
@@ -88,22 +89,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 /// and the PIL tests once more on the oldest Pillow the package supports.
 fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     maturin_develop(VENV, false)?;
-    let pytest = |python: &str, extra: &[&str]| {
-        let mut cmd = Command::new(python);
-        cmd.args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--timeout",
-            "120",
-            "--timeout-method",
-            "thread",
-        ])
-        .args(extra);
-        cmd
-    };
     step(
         "pytest tests/python",
         &mut pytest(python, &["tests/python"]),
@@ -118,6 +103,37 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     step(
         "pytest tests/python/test_pil.py on the oldest supported Pillow",
         pytest(&oldest, &["tests/python/test_pil.py"]).env("PYTHONPATH", "crates/python/python"),
+    )
+}
+
+/// `python -m pytest` with the gate's options and `extra` arguments.
+fn pytest(python: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--timeout",
+        "120",
+        "--timeout-method",
+        "thread",
+    ])
+    .args(extra);
+    cmd
+}
+
+/// The engine integrations against the engines themselves: target/venv-engines (the real vLLM
+/// 0.34.0 and SGLang 0.5.23 on CPU), the Python package built into it, the smoke check, and
+/// the oracle tests of tests/engines (theirs beside ours, on the same images).
+fn engines(dynamo_wheel: &std::path::Path) -> anyhow::Result<()> {
+    let python = crate::engines::engines_venv()?;
+    maturin_develop(crate::engines::ENGINES_VENV, false)?;
+    crate::engines::check_engines(&python)?;
+    step(
+        "pytest tests/engines",
+        pytest(&python, &["tests/engines"]).env("MMCACHE_DYNAMO_WHEEL", dynamo_wheel),
     )
 }
 

@@ -18,6 +18,8 @@
 //! - `vllm-hashes`: regenerate crates/decode/tests/vllm_hashes.tsv from vLLM's own hasher
 //!   (its 336 MB wheel) and fail on any difference, then test our digest on it; `test` runs
 //!   the same check.
+//! - `engines`: target/venv-engines, where the real vLLM 0.34.0 and SGLang 0.5.23 media code runs
+//!   on CPU (for the oracle tests), built once and reused; then tests/engines/smoke.py in it.
 //! - `package`: `cargo package` of the publishable crates, their doctests from the packaged
 //!   sources, and the MSRV check; `test` runs it too.
 //! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
@@ -29,6 +31,7 @@ mod chaos;
 mod chaos_docs;
 mod common;
 mod demo;
+mod engines;
 mod fuzz;
 mod gate;
 mod package;
@@ -42,7 +45,7 @@ use std::process::ExitCode;
 
 /// Every command: its name, its arguments, and what it does. The usage text, each command's
 /// `--help` and the check that every flag a command reads is listed come from it.
-const COMMANDS: [(&str, &str, &str); 12] = [
+const COMMANDS: [(&str, &str, &str); 13] = [
     (
         "test",
         "",
@@ -99,6 +102,11 @@ const COMMANDS: [(&str, &str, &str); 12] = [
         "regenerate the vLLM hash vectors from vLLM's wheel, fail on a difference",
     ),
     (
+        "engines",
+        "",
+        "target/venv-engines: vLLM's and SGLang's own media code on CPU, smoke-tested",
+    ),
+    (
         "help",
         "[COMMAND]",
         "this text, or one command's (also: cargo xtask COMMAND --help)",
@@ -151,6 +159,7 @@ fn main() -> ExitCode {
         "wheel" => wheel::run(&rest),
         "package" => package::run(&rest),
         "vllm-hashes" => vllm_hashes::run(&rest),
+        "engines" => engines::run(&rest),
         "bench-docs" => bench_docs::run(&rest),
         "chaos-docs" => chaos_docs::run(&rest),
         "" | "-h" | "--help" | "help" => {

@@ -70,7 +70,9 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
         venv.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut cmd = Command::new(venv.join("bin/maturin"));
+    // target/venv's maturin, whichever venv it installs into.
+    let maturin = std::env::current_dir()?.join(VENV).join("bin/maturin");
+    let mut cmd = Command::new(maturin);
     cmd.args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
         .env("VIRTUAL_ENV", &venv)
         .env("PATH", &path);
@@ -127,6 +129,14 @@ pub(crate) fn python_venv(venv: &str) -> anyhow::Result<String> {
 /// The interpreter of the venv `venv` holding the packages of `requirements`, made on first
 /// use; an absolute path.
 pub(crate) fn python_venv_with(venv: &str, requirements: &str) -> anyhow::Result<String> {
+    let python = venv_python(venv)?;
+    pip_install(&python, requirements)?;
+    Ok(python)
+}
+
+/// The interpreter of the virtual environment `venv`, which `python3 -m venv` makes when it is
+/// missing; an absolute path.
+pub(crate) fn venv_python(venv: &str) -> anyhow::Result<String> {
     let python = format!("{venv}/bin/python");
     if !std::path::Path::new(&python).exists() {
         step(
@@ -134,7 +144,6 @@ pub(crate) fn python_venv_with(venv: &str, requirements: &str) -> anyhow::Result
             Command::new("python3").args(["-m", "venv", venv]),
         )?;
     }
-    pip_install(&python, requirements)?;
     // Absolute, but not canonical: the venv's interpreter is a symlink that must stay one.
     Ok(std::env::current_dir()?.join(python).display().to_string())
 }

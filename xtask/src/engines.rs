@@ -1,0 +1,72 @@
+//! `cargo xtask engines`: the virtual environment `target/venv-engines`, in which the real
+//! vLLM 0.34.0 and SGLang 0.5.23 media code runs on CPU (vLLM's MediaConnector, hasher, video
+//! and audio loaders and OpenAI server app; SGLang's `load_image` and plugin hooks), so the
+//! oracle tests can run theirs beside ours; then tests/engines/smoke.py in it.
+//!
+//! vLLM and SGLang go in with `--no-deps`: their own dependency lists are GPU builds, and vLLM's
+//! `flashinfer-python` pin is not on the registry. tests/engines/requirements.txt then pins what
+//! the modules we run import: torch with its CUDA packages (it loads them at import, even on
+//! CPU; about 6 GB), and the pure-Python rest. The venv is kept under target/ and reused: pip
+//! skips what is installed, so a warm run costs a few seconds of pip and the smoke.
+
+use std::process::Command;
+
+use anyhow::bail;
+
+use crate::setup::{step, venv_python};
+
+/// Where the venv lives (kept, like target/venv).
+pub(crate) const ENGINES_VENV: &str = "target/venv-engines";
+/// The engines, installed without their dependencies.
+const ENGINES: [&str; 2] = ["vllm==0.34.0", "sglang==0.5.23"];
+/// What their media code imports, torch included, every version pinned.
+const REQUIREMENTS: &str = "tests/engines/requirements.txt";
+/// Imports and exercises each engine module the oracle tests use; fails on any error.
+const SMOKE: &str = "tests/engines/smoke.py";
+
+/// `cargo xtask engines`: [`engines_venv`], then [`check_engines`].
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    if let Some(a) = args.first() {
+        bail!("`cargo xtask engines` takes no arguments (got `{a}`)");
+    }
+    let python = engines_venv()?;
+    check_engines(&python)?;
+    println!("xtask engines: vLLM's and SGLang's media code runs in {ENGINES_VENV}");
+    Ok(())
+}
+
+/// Makes target/venv-engines when missing and installs the engines and their requirements into
+/// it (pip skips what is already there). Returns the venv's interpreter, an absolute path.
+pub(crate) fn engines_venv() -> anyhow::Result<String> {
+    let python = venv_python(ENGINES_VENV)?;
+    step(
+        &format!("pip install --no-deps {}", ENGINES.join(" ")),
+        pip(&python).arg("--no-deps").args(ENGINES),
+    )?;
+    step(
+        &format!("pip install -r {REQUIREMENTS}"),
+        pip(&python).args(["-r", REQUIREMENTS]),
+    )?;
+    Ok(python)
+}
+
+/// Runs tests/engines/smoke.py with the venv's `python`: every engine module the oracle tests
+/// use imports and works on CPU.
+pub(crate) fn check_engines(python: &str) -> anyhow::Result<()> {
+    step(SMOKE, Command::new(python).arg(SMOKE))
+}
+
+/// `pip install` into the venv of `python`. `--no-warn-conflicts`: vLLM's and SGLang's declared
+/// dependencies are left out on purpose, and pip would list every one of them as a conflict.
+fn pip(python: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-warn-conflicts",
+    ]);
+    cmd
+}
