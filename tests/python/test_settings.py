@@ -49,6 +49,7 @@ CASES = {
     "decode_memory_bytes": (1 << 20, "1048576"),
     "decode_concurrency": (3, "3"),
     "decode_wait_secs": (1.5, "1.5"),
+    "allow_http": (True, "1"),
     "allowed_media_domains": (
         ["example.com", "*.cdn.example.net"],
         "example.com,*.cdn.example.net",
@@ -80,7 +81,7 @@ def bases(keyword: str) -> tuple[dict, dict]:
 
 
 def test_every_setting_has_a_keyword_with_a_case_here():
-    assert len(_native.SETTINGS) == 46
+    assert len(_native.SETTINGS) == 47
     assert all(v.startswith(("DYN_MM_", "MMCACHE_")) for v in _native.SETTINGS.values())
     assert set(CASES) | SPECIAL == set(_native.SETTINGS)
 

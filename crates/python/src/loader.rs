@@ -494,6 +494,7 @@ fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderB
         "max_file_size_bytes" => b.max_file_size_bytes(v.extract()?),
         "session_scoped" => b.session_scoped(v.extract()?),
         "allow_internal" => b.allow_internal(v.extract()?),
+        "allow_http" => b.allow_http(v.extract()?),
         "allowed_media_domains" => b.allowed_media_domains(v.extract::<Vec<String>>()?),
         "disk_cache_dir" => b.disk_cache_dir(v.extract::<std::path::PathBuf>()?),
         "disk_cache_max_bytes" => b.disk_cache_max_bytes(v.extract()?),
