@@ -198,6 +198,7 @@ pub struct DecodedImage {
     exif: Option<Arc<[u8]>>,
     xmp: Option<Arc<[u8]>>,
     source: Option<Bytes>,
+    encoded_len: usize,
     undecoded: Option<Undecoded>,
 }
 
@@ -338,6 +339,11 @@ impl DecodedImage {
         self.source.as_ref()
     }
 
+    /// Size of the encoded bytes the image came from (kept or not).
+    pub fn encoded_len(&self) -> usize {
+        self.encoded_len
+    }
+
     /// Why the image is undecoded, for [`Mode::Undecoded`].
     pub fn undecoded(&self) -> Option<&Undecoded> {
         self.undecoded.as_ref()
@@ -362,6 +368,7 @@ impl DecodedImage {
         image.format = sniff(&source);
         image.mode = Mode::Undecoded;
         image.opened.mode = Mode::Undecoded;
+        image.encoded_len = source.len();
         image.source = Some(source);
         image.undecoded = Some(why);
         image
@@ -405,8 +412,13 @@ impl DecodedImage {
             exif: None,
             xmp: None,
             source: None,
+            encoded_len: 0,
             undecoded: None,
         }
+    }
+
+    pub(crate) fn set_encoded_len(&mut self, len: usize) {
+        self.encoded_len = len;
     }
 
     /// Sets what the profiled decode found beside the pixels.
@@ -511,14 +523,16 @@ pub fn decode_probed(bytes: &[u8], probe: &Probe, limits: &DecodeLimits) -> Resu
             ),
         });
     }
-    Ok(DecodedImage::new(
+    let mut image = DecodedImage::new(
         probe.width,
         probe.height,
         format,
         limits.layout,
         probe.content_key,
         pixels,
-    ))
+    );
+    image.encoded_len = bytes.len();
+    Ok(image)
 }
 
 /// libjpeg-turbo's refusal as a decode error.

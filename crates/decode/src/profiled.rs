@@ -144,7 +144,7 @@ pub fn decode_as(
     let bpp = details.mode.bytes_per_pixel(profile.layout);
     let pixels = transpose(pixels, probe.width, probe.height, bpp, orientation);
     let (width, height) = oriented_size(orientation, probe.width, probe.height);
-    let image = DecodedImage::new(
+    let mut image = DecodedImage::new(
         width,
         height,
         format,
@@ -160,6 +160,7 @@ pub fn decode_as(
         },
         ..details
     });
+    image.set_encoded_len(bytes.len());
     Ok(if profile.keep_source {
         image.with_source(bytes.clone())
     } else {

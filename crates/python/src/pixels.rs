@@ -114,6 +114,12 @@ impl Pixels {
         self.image.source().map(|b| PyBytes::new(py, b))
     }
 
+    /// Size of the encoded bytes the image came from.
+    #[getter]
+    fn encoded_len(&self) -> usize {
+        self.image.encoded_len()
+    }
+
     /// Why the bytes came back undecoded (for the engine's own decoder), else `None`.
     #[getter]
     fn undecoded(&self) -> Option<String> {

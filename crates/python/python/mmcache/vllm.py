@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
-import threading
 import time
 from typing import Any, Optional
 
@@ -49,6 +47,7 @@ from yarl import URL
 
 from . import Loader, _native
 from . import errors as _errors
+from ._engines import ProcessLoader
 from ._pil import image_of
 
 logger = logging.getLogger(__name__)
@@ -69,54 +68,30 @@ def register() -> None:
         MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(MmcacheMediaConnector)
 
 
-class _Process:
-    """The process's loader and its profiled views, built on first use (and again in a
-    forked child, which may not use its parent's)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pid: Optional[int] = None
-        self._loader: Optional[Loader] = None
-        self._profiles: dict[Any, Any] = {}
-
-    def loader(self) -> Loader:
-        loader = self._loader
-        if loader is not None and self._pid == os.getpid():
-            return loader
-        with self._lock:
-            if self._loader is None or self._pid != os.getpid():
-                environ = {k: v for k, v in os.environ.items()
-                           if k.startswith(("DYN_MM_", "MMCACHE_"))}
-                # vLLM fetches http:// URLs; internal addresses stay refused unless
-                # DYN_MM_ALLOW_INTERNAL=1.
-                environ.setdefault("MMCACHE_ALLOW_HTTP", "1")
-                self._loader = Loader(environ=environ)
-                self._profiles = {}
-                self._pid = os.getpid()
-            return self._loader
-
-    def profiled(self, image_mode: Optional[str], background: tuple[int, int, int]) -> Any:
-        """The loader's view in vLLM's profile for ``image_mode`` and ``background``; ``None``
-        for an ``image_mode`` decoded by vLLM's own code (other than ``"RGB"`` and ``None``)."""
-        key = (image_mode, background)
-        loader = self.loader()
-        profiled = self._profiles.get(key)
-        if profiled is None:
-            if image_mode == "RGB":
-                profiled = loader._profiled("rgb", background=background, exif_orientation=True,
-                                            keep_source=True, fallback=True)
-            elif image_mode is None:
-                profiled = loader._profiled("original", exif_orientation=True, keep_source=True,
-                                            fallback=True)
-            elif image_mode == "encoded":
-                profiled = loader._profiled("encoded", keep_source=True, fallback=True)
-            else:
-                return None
-            self._profiles[key] = profiled
-        return profiled
+def _profile(loader: Loader, image_mode: Any, background: tuple[int, int, int]) -> Any:
+    """vLLM's decode profile for `image_mode` and `background`; `None` for an `image_mode`
+    vLLM's own code converts (other than ``"RGB"`` and ``None``)."""
+    if image_mode == "RGB":
+        return loader._profiled("rgb", background=background, exif_orientation=True,
+                                keep_source=True, fallback=True)
+    if image_mode is None:
+        return loader._profiled("original", exif_orientation=True, keep_source=True,
+                                fallback=True)
+    if image_mode == _ENCODED:
+        return loader._profiled("encoded", keep_source=True, fallback=True)
+    return None
 
 
-_process = _Process()
+#: The key of the view that gives the bytes alone (video, audio, image modes vLLM converts).
+_ENCODED = object()
+
+# vLLM fetches http:// URLs; internal addresses stay refused unless DYN_MM_ALLOW_INTERNAL=1.
+_process = ProcessLoader({"MMCACHE_ALLOW_HTTP": "1"})
+
+
+def _profiled(image_mode: Any, background: tuple[int, int, int] = (0, 0, 0)) -> Any:
+    return _process.profiled((image_mode, background),
+                             lambda loader: _profile(loader, image_mode, background))
 
 
 def loader() -> Loader:
@@ -134,7 +109,7 @@ class _ImageIO(ImageMediaIO):
 
     def __init__(self, base: ImageMediaIO) -> None:
         self.__dict__.update(base.__dict__)  # vLLM's validated settings, as they are
-        self.profiled = _process.profiled(self.image_mode, self.rgba_background_color)
+        self.profiled = _profiled(self.image_mode, self.rgba_background_color)
 
     def load_bytes(self, data: bytes) -> MediaWithBytes:  # type: ignore[override]
         if self.profiled is None:
@@ -237,7 +212,7 @@ class MmcacheMediaConnector(MediaConnector):
             return media_io.wrap(pixels)
         # Video, audio, and image modes vLLM converts itself: the bytes through the tiers,
         # decoded by vLLM's own code.
-        encoded = _process.profiled("encoded", (0, 0, 0))
+        encoded = _profiled(_ENCODED)
         try:
             pixels = await self._load(url, encoded, fetch_timeout, media_io)
         except VLLMUnprocessableEntityError as exc:
@@ -258,7 +233,7 @@ class MmcacheMediaConnector(MediaConnector):
         spec = parse_url(url)
         self._assert_url_in_allowed_media_domains(spec)
         pixel_path = isinstance(media_io, _ImageIO) and media_io.profiled is not None
-        profiled = media_io.profiled if pixel_path else _process.profiled("encoded", (0, 0, 0))
+        profiled = media_io.profiled if pixel_path else _profiled(_ENCODED)
         try:
             pixels = self._load_sync(url, profiled, fetch_timeout, media_io)
         except VLLMUnprocessableEntityError as exc:

@@ -1,0 +1,155 @@
+"""mmcache as SGLang's image loader: installing the wheel is the whole recipe.
+
+The wheel's ``sglang.srt.plugins`` entry point (:func:`register`) hooks SGLang's
+``sglang.srt.utils.common.load_image`` (SGLang's hook registry also replaces the name in every
+module that imported it, ``base_processor`` among them). ``SGLANG_PLUGINS`` can leave it out.
+Importing ``mmcache`` never imports SGLang.
+
+http(s) and ``data:`` URLs go through one process-wide mmcache loader (decoded cache, load in
+flight, disk tier, shared cache, origin for URLs; a data URL is decoded and cached nowhere),
+giving what SGLang's own CPU path gives: ``(image, None)``, the PIL image in the mode Pillow
+opens it in (``RGB``, ``RGBA``, ``L``, ``P`` with its palette, ``LA``, ``1``, ``I;16``,
+``CMYK``), fully loaded, with ``info["transparency"]``, ``info["exif"]`` and ``info["xmp"]``
+where Pillow has them; read-only to the caller (a write copies first). Bytes mmcache does not
+decode exactly as Pillow opens them go to SGLang's own code. Every other input (PIL images,
+bytes, paths, ``file://``, bare base64) is SGLang's own. With GPU decoding asked for and CUDA
+present, the bytes come through mmcache's tiers and SGLang decodes them (on the GPU).
+
+Loads from SGLang's I/O thread pool release the GIL while they wait and decode. Settings: the
+``DYN_MM_*``/``MMCACHE_*`` variables (``mmcache.Loader.from_env``); this module fetches
+``http://`` URLs (``MMCACHE_ALLOW_HTTP``) and waits for an origin ``REQUEST_TIMEOUT`` seconds
+(SGLang's, 3 by default; ``MMCACHE_ORIGIN_TIMEOUT_SECS``) unless those are set. See
+docs/sglang.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from . import errors as _errors
+from ._engines import ProcessLoader
+from ._pil import image_of
+
+logger = logging.getLogger(__name__)
+
+#: SGLang's function the plugin hooks.
+TARGET = "sglang.srt.utils.common.load_image"
+
+
+def register() -> None:
+    """SGLang's ``sglang.srt.plugins`` entry point: hooks ``load_image`` (SGLang applies the
+    hook, and replaces every imported name of it, once its plugins have run)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(TARGET, load_image, HookType.AROUND)
+
+
+_process = ProcessLoader({
+    "MMCACHE_ALLOW_HTTP": "1",
+    "MMCACHE_ORIGIN_TIMEOUT_SECS": os.environ.get("REQUEST_TIMEOUT", "").strip() or "3",
+})
+
+
+def _original_mode() -> Any:
+    return _process.profiled(
+        "original", lambda loader: loader._profiled("original", fallback=True)
+    )
+
+
+def _encoded() -> Any:
+    return _process.profiled(
+        "encoded", lambda loader: loader._profiled("encoded", keep_source=True, fallback=True)
+    )
+
+
+def loader() -> Any:
+    """The process-wide loader."""
+    return _process.loader()
+
+
+def load_image(original: Any, image_file: Any, gpu_image_decode: Any = True) -> Any:
+    """SGLang's ``load_image(image_file, gpu_image_decode)``, its http(s) and data URLs
+    through mmcache (the AROUND hook: ``original`` is SGLang's own function)."""
+    from sglang.srt.utils import common
+
+    url = image_file.url if isinstance(image_file, common.ImageData) else image_file
+    if not isinstance(url, str):
+        return original(image_file, gpu_image_decode)
+    is_http = url.startswith(("http://", "https://"))
+    if not is_http and not url.startswith("data:"):
+        return original(image_file, gpu_image_decode)
+    if gpu_image_decode and _cuda():
+        # SGLang's GPU decode of the bytes, which come through the tiers.
+        return original(_bytes_of(common, url, is_http), gpu_image_decode)
+    if is_http:
+        common._assert_media_url_allowed(url)
+        pixels = _load(common, url, _original_mode())
+    else:
+        data = common.get_image_bytes(url)  # SGLang's own parsing and base64
+        try:
+            pixels = _original_mode().decode(data)
+        except _errors.MmcacheError as exc:
+            raise _sglang_error(common, url, exc) from exc
+    if pixels.mode == "":  # not decoded here: SGLang's own decode of the same bytes
+        source = pixels.source
+        if source is None:
+            source = _bytes_of(common, url, is_http)
+        return original(source, gpu_image_decode)
+    return image_of(pixels), None
+
+
+def _bytes_of(common: Any, url: str, is_http: bool) -> bytes:
+    if not is_http:
+        return common.get_image_bytes(url)
+    common._assert_media_url_allowed(url)
+    return _load(common, url, _encoded()).source
+
+
+def _load(common: Any, url: str, profiled: Any) -> Any:
+    """The pixels of `url` (a memory hit at once, else a load without the GIL), within
+    SGLang's download limit."""
+    try:
+        pixels, _ = profiled.load_sync(url)
+    except _errors.EmptyBodyError:
+        # SGLang decodes the empty body: its own error for it.
+        common.load_image(b"", False)
+        raise
+    except _errors.MmcacheError as exc:
+        raise _sglang_error(common, url, exc) from exc
+    limit = common._media_url_max_file_size_bytes
+    if limit and pixels.encoded_len > limit:
+        raise ValueError(f"Remote media exceeds the {limit} byte download limit")
+    return pixels
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _sglang_error(common: Any, url: str, exc: BaseException) -> BaseException:
+    """The exception SGLang's download raises for the same failure (``requests``'s, or a
+    ``ValueError``: its ``CLIENT_MEDIA_EXCEPTIONS``)."""
+    import requests
+
+    if isinstance(exc, _errors.OriginStatusError):
+        response = requests.Response()
+        response.status_code = exc.http_status
+        response.url = url
+        return requests.exceptions.HTTPError(
+            f"{exc.http_status} Error for url: {url.split('?', 1)[0]}", response=response
+        )
+    if isinstance(exc, _errors.OriginTimeoutError):
+        return requests.exceptions.Timeout(f"Timed out while downloading media URL: {url}")
+    if isinstance(exc, _errors.OriginConnectionError):
+        return requests.exceptions.ConnectionError(str(exc))
+    if isinstance(exc, _errors.UrlPolicyError) and "redirect" in str(exc):
+        return requests.exceptions.TooManyRedirects(str(exc))
+    if isinstance(exc, (_errors.UrlPolicyError, _errors.TooLargeError,
+                        _errors.InvalidDataUrlError, _errors.UnsupportedImageError)):
+        return ValueError(f"Could not load image: {exc}")
+    return exc
+
