@@ -289,6 +289,14 @@ def test_mmcaches_own_protections_refuse_what_vllm_would_fetch(monkeypatch, orig
     assert isinstance(refused, VLLMUnprocessableEntityError) and "internal" in str(refused)
 
 
+def test_mmcaches_pixel_limit_is_vllms_exception_type(fresh, origin, path, monkeypatch):
+    monkeypatch.setenv("MMCACHE_MAX_PIXELS", "1000")
+    monkeypatch.setattr(mv, "_process", ProcessLoader({"MMCACHE_ALLOW_HTTP": "1"}))
+    url = origin.image(path(), png_bytes((300, 200)))
+    refused = run(fetch(mv.MmcacheMediaConnector(), url))
+    assert type(refused) is ValueError and "1000" in str(refused)
+
+
 def wav_bytes(n=1600):
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -468,6 +476,35 @@ def test_the_middleware_scopes_a_request_through_vllms_app(monkeypatch, origin, 
     for headers in ({"x-dynamo-session-id": "a"}, {"x-dynamo-session-id": "a"},
                     {"x-dynamo-session-id": "b"}, {}):
         run(post(headers))
+
+    async def scrape():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://vllm") as client:
+            return await client.get("/metrics")
+
+    metrics = run(scrape())
+    assert metrics.status_code == 200
+    from prometheus_client.parser import text_string_to_metric_families
+
+    loads = {tuple(sorted(sample.labels.items())): sample.value
+             for family in text_string_to_metric_families(metrics.text)
+             if family.name == "mmcache_loads" for sample in family.samples}
+    assert loads[(("outcome", "ok"), ("source", "memory"))] >= 1, loads
     assert seen[:3] == ["a", "a", "b"] and seen[3] is None
     # Scope a twice (one download), scope b once, no scope: no cache layer at all.
     assert origin.count(p) == 3
+
+
+def test_doctor_says_whether_vllm_will_find_the_connector():
+    def doctor(**env):
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("DYN_MM_", "MMCACHE_", "VLLM_PLUGINS", "VLLM_MEDIA"))}
+        return subprocess.run([sys.executable, "-m", "mmcache", "doctor"], env={**clean, **env},
+                              capture_output=True, text=True, timeout=120)
+
+    used = doctor(VLLM_MEDIA_CONNECTOR="mmcache")
+    assert used.returncode == 0, used.stdout + used.stderr
+    assert "vLLM    uses the mmcache connector" in used.stdout
+    assert "not selected (VLLM_MEDIA_CONNECTOR=http)" in doctor().stdout
+    filtered = doctor(VLLM_MEDIA_CONNECTOR="mmcache", VLLM_PLUGINS="lora_filesystem_resolver")
+    assert filtered.returncode == 16 and "VLLM_PLUGINS=" in filtered.stdout

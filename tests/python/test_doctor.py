@@ -70,3 +70,11 @@ def test_usage_and_a_bad_setting_exit_2():
     helped = subprocess.run([sys.executable, "-m", "mmcache", "doctor", "--help"],
                             capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "  14  " in helped.stdout, helped.stdout
+
+
+def test_an_engine_told_to_use_mmcache_that_cannot_is_a_problem():
+    """Here vLLM is not installed (tests/engines checks the installed case)."""
+    out = doctor(None, VLLM_MEDIA_CONNECTOR="mmcache")
+    assert out.returncode == 16, out.stdout + out.stderr
+    assert "  vLLM    not installed" in out.stdout and "problem: VLLM_MEDIA_CONNECTOR" in out.stdout
+    assert doctor(None).returncode == 0

@@ -90,8 +90,38 @@ _process = ProcessLoader({"MMCACHE_ALLOW_HTTP": "1"})
 
 
 def _profiled(image_mode: Any, background: tuple[int, int, int] = (0, 0, 0)) -> Any:
+    _export_metrics()
     return _process.profiled((image_mode, background),
                              lambda loader: _profile(loader, image_mode, background))
+
+
+_exported = False
+
+
+def _export_metrics() -> None:
+    """Puts mmcache's metrics on vLLM's ``/metrics`` (prometheus_client's default registry, the
+    one vLLM serves with a single API server), once, in the process that loads media."""
+    global _exported
+    if _exported:
+        return
+    _exported = True
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:  # vLLM without prometheus_client: nothing serves metrics
+        return
+    REGISTRY.register(_Metrics())
+
+
+class _Metrics:
+    """A prometheus_client collector of ``mmcache.metrics_text()``, read at each scrape."""
+
+    def collect(self) -> Any:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        yield from text_string_to_metric_families(_native.metrics_text())
+
+    def describe(self) -> list:
+        return []  # families are known at scrape time only
 
 
 def loader() -> Loader:
@@ -318,6 +348,9 @@ class MmcacheMediaConnector(MediaConnector):
                 media_io.load_bytes(b"")
             except Exception as decoded:  # noqa: BLE001 -- vLLM's, whatever it is
                 return decoded
+        if isinstance(exc, _errors.ImageTooLargeError):
+            # mmcache's pixel limit (MMCACHE_MAX_PIXELS): vLLM's type for its own.
+            return ValueError(f"Failed to load image: {exc}")
         if isinstance(exc, (_errors.UrlPolicyError, _errors.TooLargeError)):
             # mmcache's own protections (docs/vllm.md): a 422, as vLLM's own refusals of a URL.
             return VLLMUnprocessableEntityError(
