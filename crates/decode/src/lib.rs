@@ -114,7 +114,7 @@ pub use crate::jpeg_choice::{JpegDecoder, JpegDecoderChoice, JpegSelection, sele
 pub use crate::layout::PixelLayout;
 pub use crate::mode::{Mode, Opened, Transparency};
 pub use crate::profile::{ColorPolicy, DecodeProfile, Fallback, Orientation, Variant};
-pub use crate::profiled::{decode_as, decode_profiled, encoded, hand_back};
+pub use crate::profiled::{decode_as, decode_profiled, encoded, hand_back, memory_for};
 
 /// The modules' layering: the codecs and the shared types below never import the entry
 /// points (`image.rs`) or the caches, so `image.rs` only calls down.

@@ -168,6 +168,18 @@ pub fn decode_as(
     })
 }
 
+/// Bytes a decode of `probe`'s image in `profile` may hold at its peak: the probe's estimate
+/// for the default profile; for another, room for two more 4-byte copies of the pixels (the
+/// original mode's raster beside its RGBA conversion and vLLM's composite, or an image beside
+/// its transposed copy). What a caller reserves in its decode budget.
+pub fn memory_for(probe: &Probe, profile: &DecodeProfile) -> u64 {
+    if *profile == DecodeProfile::rgb(profile.layout) || profile.color == ColorPolicy::Encoded {
+        return probe.memory_bytes;
+    }
+    let pixels = u64::from(probe.width) * u64::from(probe.height);
+    probe.memory_bytes.saturating_add(pixels.saturating_mul(8))
+}
+
 /// `bytes`, undecoded as [`ColorPolicy::Encoded`] asks.
 pub fn encoded(bytes: &Bytes) -> DecodedImage {
     DecodedImage::undecoded_from(

@@ -5,9 +5,10 @@
 //! probed size, and a decode whose Rust allocations peak within the probe's memory estimate
 //! (what the loader reserves in its decode budget).
 
+use bytes::Bytes;
 use mmcache_decode::{
-    DecodeLimits, ImageFormat, JpegDecoder, JpegDecoderChoice, decode_probed, probe,
-    select_jpeg_decoder, sniff,
+    DecodeLimits, DecodeProfile, ImageFormat, JpegDecoder, JpegDecoderChoice, Mode, decode_as,
+    decode_probed, memory_for, probe, select_jpeg_decoder, sniff,
 };
 use mmcache_fuzz::alloc::{Counting, peak_during};
 
@@ -27,6 +28,20 @@ fn main() {
         check(data, &limits.with_jpeg_decoder(JpegDecoder::PureRust));
         if turbo && sniff(data) == Some(ImageFormat::Jpeg) {
             check(data, &limits.with_jpeg_decoder(JpegDecoder::LibjpegTurbo));
+        }
+        // The engines' profiles: vLLM's composite and orientation, the original modes.
+        let limits = limits.with_jpeg_decoder(if turbo {
+            JpegDecoder::LibjpegTurbo
+        } else {
+            JpegDecoder::PureRust
+        });
+        let bytes = Bytes::copy_from_slice(data);
+        for profile in [
+            DecodeProfile::vllm_rgb([0, 128, 255]),
+            DecodeProfile::vllm_original(),
+            DecodeProfile::sglang(),
+        ] {
+            check_profile(&bytes, &limits, &profile);
         }
     });
 }
@@ -60,6 +75,36 @@ fn check(data: &[u8], limits: &DecodeLimits) {
         p.height,
         limits.jpeg,
         p.memory_bytes
+    );
+}
+
+/// A profiled decode: no panic, a typed error, an image whose pixels fill its mode's size
+/// (or bytes handed back whole), within the memory `memory_for` reserves.
+fn check_profile(data: &Bytes, limits: &DecodeLimits, profile: &DecodeProfile) {
+    let limits = limits.with_layout(profile.layout);
+    let Ok(p) = probe(data, &limits) else {
+        return;
+    };
+    let (result, peak) = peak_during(|| decode_as(data, &p, &limits, profile));
+    match result {
+        Ok(image) if image.mode() == Mode::Undecoded => {
+            assert_eq!(image.source().map(|s| s.len()), Some(data.len()));
+        }
+        Ok(image) => {
+            let bpp = image.mode().bytes_per_pixel(image.layout()) as u64;
+            let (w, h) = (u64::from(image.width()), u64::from(image.height()));
+            assert_eq!(w * h, u64::from(p.width) * u64::from(p.height));
+            assert_eq!(image.pixels().len() as u64, w * h * bpp, "{:?}", image.mode());
+        }
+        Err(e) => check_error(&e),
+    }
+    let reserved = memory_for(&p, profile);
+    assert!(
+        peak as u64 <= reserved,
+        "{:?} {}x{} in {profile:?}: decode allocated {peak} bytes, reserved {reserved}",
+        p.format,
+        p.width,
+        p.height,
     );
 }
 

@@ -104,7 +104,10 @@ impl DecodeStep {
         /// Images this small decode in well under a millisecond: in place, without the hop
         /// to the blocking pool (which costs about as much as the decode itself).
         const INLINE_DECODE_PIXELS: u64 = 256 * 256;
-        let permit = self.budget.acquire(probe.memory_bytes).await?;
+        let permit = self
+            .budget
+            .acquire(mmcache_decode::memory_for(&probe, &profile))
+            .await?;
         let small = u64::from(probe.width) * u64::from(probe.height) <= INLINE_DECODE_PIXELS
             && bytes.len() <= INLINE_PROBE_BYTES;
         let image = if small {
