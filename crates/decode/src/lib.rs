@@ -12,6 +12,9 @@
 //! - [`DecodedCache`] keeps `Arc<DecodedImage>` values in a cache weighed in bytes, keyed by a
 //!   blake3 digest of the [`CacheIdentity`](mmcache_scope::CacheIdentity) (so it is
 //!   partitioned by scope exactly as the identity is).
+//! - [`decode_profiled`] decodes in a [`DecodeProfile`]: an engine's pixels (vLLM's composite
+//!   over a background with the EXIF orientation, or the [`Mode`] Pillow opens, as SGLang
+//!   keeps it), and hands back, undecoded, what it cannot decode exactly as the engine would.
 //! - [`EmbeddingStore`] keeps [`Embedding`] tensors (dtype, shape, aligned bytes, metadata)
 //!   keyed by an [`EmbeddingKey`](mmcache_scope::EmbeddingKey); the loader's
 //!   `get_or_compute` fills it.
@@ -43,6 +46,12 @@
 //! // Anything that is not a supported raster image is a typed 415.
 //! let err = decode(b"<svg/>", &DecodeLimits::default()).unwrap_err();
 //! assert_eq!(err.http_status(), 415);
+//!
+//! // SGLang's pixels: the mode Pillow opens (here RGB, 4 bytes a pixel as Pillow stores it).
+//! use mmcache_decode::{decode_profiled, DecodeProfile, Mode};
+//! let png = bytes::Bytes::from(png);
+//! let original = decode_profiled(&png, &DecodeLimits::default(), &DecodeProfile::sglang()).unwrap();
+//! assert_eq!((original.mode(), original.pixels().len()), (Mode::Rgb, 48));
 //! ```
 //!
 //! # Memory accounting
