@@ -21,6 +21,9 @@ import wave
 # vLLM finds no platform on a machine with neither a GPU nor its CPU build: its CLI parser
 # (the OpenAI server's) then fails building DeviceConfig. The media code needs no platform.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+# SGLang's own machinery, without the plugins installed in this venv (mmcache's among them:
+# tests/engines/test_sglang.py tests it); a name no plugin has.
+os.environ["SGLANG_PLUGINS"] = "none"
 
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
-from . import Loader
+from . import Loader, _native
 
 
 class ProcessLoader:
@@ -47,3 +47,16 @@ class ProcessLoader:
         if view is None:
             view = self._profiles.setdefault(key, make(loader))
         return view
+
+
+class MetricsCollector:
+    """A prometheus_client collector of ``mmcache.metrics_text()``, read at each scrape (for an
+    engine's ``/metrics``)."""
+
+    def collect(self) -> Any:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        yield from text_string_to_metric_families(_native.metrics_text())
+
+    def describe(self) -> list:
+        return []  # families are known at scrape time only

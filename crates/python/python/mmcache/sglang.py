@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from . import errors as _errors
-from ._engines import ProcessLoader
+from ._engines import MetricsCollector, ProcessLoader
 from ._pil import image_of
 
 logger = logging.getLogger(__name__)
@@ -44,29 +45,78 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, load_image, HookType.AROUND)
+    HookRegistry.register(METRICS_TARGET, _add_metrics, HookType.AFTER)
 
 
-_process = ProcessLoader({
-    "MMCACHE_ALLOW_HTTP": "1",
-    "MMCACHE_ORIGIN_TIMEOUT_SECS": os.environ.get("REQUEST_TIMEOUT", "").strip() or "3",
-})
+#: SGLang's function that mounts ``/metrics`` on its server (``--enable-metrics``).
+METRICS_TARGET = "sglang.srt.utils.common.add_prometheus_middleware"
 
 
-def _original_mode() -> Any:
-    return _process.profiled(
+def _add_metrics(_result: Any, app: Any, *args: Any, **kwargs: Any) -> None:
+    """After SGLang mounted ``/metrics`` (its multiprocess files), serves mmcache's metrics of
+    this process there too."""
+    from prometheus_client import CollectorRegistry, make_asgi_app, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    registry.register(MetricsCollector())
+    for route in getattr(app, "routes", ()):
+        if getattr(route, "path", None) == "/metrics":
+            route.app = make_asgi_app(registry=registry)
+    return None
+
+
+def _defaults(policy: tuple[frozenset, int]) -> dict[str, str]:
+    """The loader's settings under the ``DYN_MM_*``/``MMCACHE_*`` variables: SGLang's
+    timeout, and its URL policy (`policy`: allowed domains and download limit in bytes)."""
+    domains, max_bytes = policy
+    defaults = {
+        "MMCACHE_ALLOW_HTTP": "1",
+        "MMCACHE_ORIGIN_TIMEOUT_SECS": os.environ.get("REQUEST_TIMEOUT", "").strip() or "3",
+    }
+    if domains:
+        defaults["MMCACHE_ALLOWED_MEDIA_DOMAINS"] = ",".join(sorted(domains))
+    if max_bytes > 0:  # SGLang's 0 is "no limit": mmcache's cap stays
+        defaults["DYN_MM_MAX_FILE_SIZE_MB"] = str(max(1, -(-max_bytes // (1024 * 1024))))
+    return defaults
+
+
+_lock = threading.Lock()
+_policy: tuple[frozenset, int] = (frozenset(), 0)
+_process = ProcessLoader(_defaults(_policy))
+
+
+def _process_for(common: Any) -> ProcessLoader:
+    """The process loader, built again when SGLang's URL policy changed (SGLang configures it
+    once, as its processor starts: the loader is built for it)."""
+    global _policy, _process
+    policy = (common._allowed_media_domains, common._media_url_max_file_size_bytes)
+    if policy != _policy:
+        with _lock:
+            if policy != _policy:
+                _process = ProcessLoader(_defaults(policy))
+                _policy = policy
+    return _process
+
+
+def _original_mode(process: ProcessLoader) -> Any:
+    return process.profiled(
         "original", lambda loader: loader._profiled("original", fallback=True)
     )
 
 
-def _encoded() -> Any:
-    return _process.profiled(
+def _encoded(process: ProcessLoader) -> Any:
+    return process.profiled(
         "encoded", lambda loader: loader._profiled("encoded", keep_source=True, fallback=True)
     )
 
 
 def loader() -> Any:
-    """The process-wide loader."""
-    return _process.loader()
+    """The process-wide loader (built for SGLang's URL policy when SGLang is imported)."""
+    import sys
+
+    common = sys.modules.get("sglang.srt.utils.common")
+    return (_process if common is None else _process_for(common)).loader()
 
 
 def load_image(original: Any, image_file: Any, gpu_image_decode: Any = True) -> Any:
@@ -78,33 +128,44 @@ def load_image(original: Any, image_file: Any, gpu_image_decode: Any = True) -> 
     if not isinstance(url, str):
         return original(image_file, gpu_image_decode)
     is_http = url.startswith(("http://", "https://"))
-    if not is_http and not url.startswith("data:"):
+    if not is_http and not url.startswith("data:") or is_http and not _host(url):
+        # Not a URL mmcache loads (an http(s) URL without a host is requests' InvalidURL).
         return original(image_file, gpu_image_decode)
+    process = _process_for(common)
     if gpu_image_decode and _cuda():
         # SGLang's GPU decode of the bytes, which come through the tiers.
-        return original(_bytes_of(common, url, is_http), gpu_image_decode)
+        return original(_bytes_of(common, process, url, is_http), gpu_image_decode)
     if is_http:
         common._assert_media_url_allowed(url)
-        pixels = _load(common, url, _original_mode())
+        pixels = _load(common, url, _original_mode(process))
     else:
         data = common.get_image_bytes(url)  # SGLang's own parsing and base64
         try:
-            pixels = _original_mode().decode(data)
+            pixels = _original_mode(process).decode(data)
         except _errors.MmcacheError as exc:
             raise _sglang_error(common, url, exc) from exc
     if pixels.mode == "":  # not decoded here: SGLang's own decode of the same bytes
         source = pixels.source
         if source is None:
-            source = _bytes_of(common, url, is_http)
+            source = _bytes_of(common, process, url, is_http)
         return original(source, gpu_image_decode)
     return image_of(pixels), None
 
 
-def _bytes_of(common: Any, url: str, is_http: bool) -> bytes:
+def _host(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).hostname
+    except ValueError:  # a malformed authority: requests' error, from SGLang's own code
+        return None
+
+
+def _bytes_of(common: Any, process: ProcessLoader, url: str, is_http: bool) -> bytes:
     if not is_http:
         return common.get_image_bytes(url)
     common._assert_media_url_allowed(url)
-    return _load(common, url, _encoded()).source
+    return _load(common, url, _encoded(process)).source
 
 
 def _load(common: Any, url: str, profiled: Any) -> Any:
@@ -116,12 +177,21 @@ def _load(common: Any, url: str, profiled: Any) -> Any:
         # SGLang decodes the empty body: its own error for it.
         common.load_image(b"", False)
         raise
+    except _errors.BodyTooLargeError as exc:
+        raise _too_large(common) from exc
     except _errors.MmcacheError as exc:
         raise _sglang_error(common, url, exc) from exc
     limit = common._media_url_max_file_size_bytes
     if limit and pixels.encoded_len > limit:
-        raise ValueError(f"Remote media exceeds the {limit} byte download limit")
+        raise _too_large(common)
     return pixels
+
+
+def _too_large(common: Any) -> ValueError:
+    limit = common._media_url_max_file_size_bytes
+    if not limit:  # mmcache's cap, where SGLang has none
+        return ValueError("Remote media exceeds mmcache's download limit (DYN_MM_MAX_FILE_SIZE_MB)")
+    return ValueError(f"Remote media exceeds the {limit} byte download limit")
 
 
 def _cuda() -> bool:
@@ -143,10 +213,13 @@ def _sglang_error(common: Any, url: str, exc: BaseException) -> BaseException:
             f"{exc.http_status} Error for url: {url.split('?', 1)[0]}", response=response
         )
     if isinstance(exc, _errors.OriginTimeoutError):
-        return requests.exceptions.Timeout(f"Timed out while downloading media URL: {url}")
+        # What requests raises for a slow origin (mmcache's deadline covers the connect too;
+        # ReadTimeout is a requests.exceptions.Timeout either way).
+        return requests.exceptions.ReadTimeout(f"Timed out while downloading media URL: {url}")
     if isinstance(exc, _errors.OriginConnectionError):
         return requests.exceptions.ConnectionError(str(exc))
-    if isinstance(exc, _errors.UrlPolicyError) and "redirect" in str(exc):
+    if isinstance(exc, _errors.UrlPolicyError) and (
+            "too many redirects" in str(exc) or "redirect loop" in str(exc)):
         return requests.exceptions.TooManyRedirects(str(exc))
     if isinstance(exc, (_errors.UrlPolicyError, _errors.TooLargeError,
                         _errors.InvalidDataUrlError, _errors.UnsupportedImageError)):

@@ -47,7 +47,7 @@ from yarl import URL
 
 from . import Loader, _native
 from . import errors as _errors
-from ._engines import ProcessLoader
+from ._engines import MetricsCollector, ProcessLoader
 from ._pil import image_of
 
 logger = logging.getLogger(__name__)
@@ -109,19 +109,7 @@ def _export_metrics() -> None:
         from prometheus_client import REGISTRY
     except ImportError:  # vLLM without prometheus_client: nothing serves metrics
         return
-    REGISTRY.register(_Metrics())
-
-
-class _Metrics:
-    """A prometheus_client collector of ``mmcache.metrics_text()``, read at each scrape."""
-
-    def collect(self) -> Any:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        yield from text_string_to_metric_families(_native.metrics_text())
-
-    def describe(self) -> list:
-        return []  # families are known at scrape time only
+    REGISTRY.register(MetricsCollector())
 
 
 def loader() -> Loader:
