@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 from conftest import png
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageOps
 
 import mmcache
 from mmcache import dynamo
@@ -169,6 +169,21 @@ def test_writes_to_a_returned_image_never_reach_the_cache(origin, path):
     loader = drop_in()
     assert leaked_writes(lambda: loader.load_image(url)) == []
     assert origin.count(url.removeprefix(origin.base)) == 1, "every later load was a hit"
+
+
+def test_resizing_and_transposing_in_place_never_reach_the_cache(origin, path):
+    """The writes that replace an image's pixels rather than set some: thumbnail, and
+    exif_transpose(in_place=True) (a no-op on the drop-in's images: their info is empty)."""
+    url = origin.image(path(), encoded("png"))
+    loader = drop_in()
+    original = run(loader.load_image(url)).tobytes()
+    img = run(loader.load_image(url))
+    img.thumbnail((8, 8))
+    assert img.size == (8, 5)
+    img = run(loader.load_image(url))
+    ImageOps.exif_transpose(img, in_place=True)
+    again = run(loader.load_image(url))
+    assert again.size == (37, 23) and again.tobytes() == original
 
 
 def test_an_arrow_export_of_a_returned_image_holds_its_pixels(origin, path):
