@@ -98,6 +98,8 @@ def kind_of(name):
     (None, "RGB"),
     ({"image": {"rgba_background_color": [0, 128, 255]}}, "RGB"),
     (None, None),
+    # A mode vLLM converts itself: the bytes through the tiers, vLLM's own conversion.
+    ({"image": {"image_mode": "LA"}}, "RGB"),
 ])
 def test_every_corpus_image_is_vllms_own(fresh, origin, path, corpus, media_io_kwargs,
                                          image_mode):
