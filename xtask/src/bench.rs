@@ -30,7 +30,7 @@ mod outcome;
 mod python;
 mod report;
 
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 15] = [
     "decode",
     "cache-insert",
     "policy-dns",
@@ -44,6 +44,8 @@ const SCENARIOS: [&str; 13] = [
     "zipf",
     "python",
     "embed",
+    "vllm",
+    "sglang",
 ];
 
 struct Opts {
@@ -310,6 +312,7 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
             "python" => python::dynamo_compare(&o)?,
+            engine @ ("vllm" | "sglang") => python::engines_compare(&o, engine)?,
             "embed" => rt.block_on(async {
                 let mut rows = embed::rows(&o, &cluster).await?;
                 rows.extend(
@@ -325,7 +328,7 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
         rows.extend(new_rows);
     }
     if rows.is_empty() {
-        // Only scenarios with outputs of their own (python) ran: keep the last Rust table.
+        // Only scenarios with outputs of their own (python, vllm, sglang) ran: keep the last Rust table.
         println!("outputs in {}", o.out.display());
         return Ok(());
     }
@@ -333,12 +336,14 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
     println!("\n{table}");
     std::fs::write(o.out.join("results.md"), &table)?;
     let mut json = report::json(&rows, &o);
-    if o.chosen.iter().any(|c| c == "python") {
-        // The Python rows (higher is better, met as the script judged them) join the record.
-        json["rows"]
-            .as_array_mut()
-            .context("rows")?
-            .extend(python::rows(&o)?);
+    // The Python rows (higher is better, met as the scripts judged them) join the record.
+    for name in ["python", "vllm", "sglang"] {
+        if o.chosen.iter().any(|c| c == name) {
+            json["rows"]
+                .as_array_mut()
+                .context("rows")?
+                .extend(python::rows(&o, name)?);
+        }
     }
     std::fs::write(
         o.out.join("results.json"),

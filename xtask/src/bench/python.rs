@@ -64,11 +64,46 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
     Ok(Vec::new())
 }
 
-/// The rows of the last run's `python.json`, in the form of docs/bench-results.json.
-pub(super) fn rows(o: &Opts) -> anyhow::Result<Vec<serde_json::Value>> {
-    let path = o.out.join("python.json");
+/// The rows of the last run's `<name>.json` (`python`, `vllm`, `sglang`), in the form of
+/// docs/bench-results.json.
+pub(super) fn rows(o: &Opts, name: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let path = o.out.join(format!("{name}.json"));
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text)?;
     Ok(json["rows"].as_array().cloned().unwrap_or_default())
+}
+
+/// `cargo xtask bench --scenario vllm` (or `sglang`): mmcache's vLLM connector (or SGLang
+/// plugin), a release build, against the engine's own image loading (and, for vLLM, Dynamo's
+/// connector), by crates/python/bench/engines_compare.py in target/venv-engines. Its figures go
+/// to `<engine>.json` (rows of docs/bench-results.json's form: `cargo xtask bench-docs --merge
+/// target/bench/<engine>.json` records them), its table to `<engine>.md`.
+pub(super) fn engines_compare(o: &Opts, engine: &str) -> anyhow::Result<Vec<Row>> {
+    let python = crate::engines::engines_venv()?;
+    setup::maturin_develop(crate::engines::ENGINES_VENV, true)?;
+    let wheel = setup::dynamo_wheel(&setup::python_venv(setup::VENV)?)?;
+    let json = o.out.join(format!("{engine}.json"));
+    let mut cmd = Command::new(&python);
+    cmd.arg("crates/python/bench/engines_compare.py")
+        .args(["--engine", engine])
+        .arg("--out")
+        .arg(&json)
+        .env("MMCACHE_DYNAMO_WHEEL", &wheel);
+    if o.quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("run crates/python/bench/engines_compare.py")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "engines_compare.py failed ({})",
+        out.status
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    std::fs::write(o.out.join(format!("{engine}.md")), table.as_bytes())?;
+    Ok(Vec::new())
 }
