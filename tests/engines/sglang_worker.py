@@ -228,7 +228,7 @@ def run(cmd: dict) -> dict:
                 leaked.append(name)
         return {"changed": changed, "leaked": leaked}
     if op == "cuda":
-        return {"cuda": bool(torch.cuda.is_available())}
+        return {"cuda": bool(common.is_cuda())}
     if op == "metrics":
         # SGLang's own /metrics wiring (--enable-metrics), on an app of its kind, scraped.
         import asyncio
@@ -237,6 +237,10 @@ def run(cmd: dict) -> dict:
         from fastapi import FastAPI
         from prometheus_client.parser import text_string_to_metric_families
 
+        from prometheus_client import Counter
+
+        # An SGLang-style metric (its processes write them to PROMETHEUS_MULTIPROC_DIR).
+        Counter("sglang_worker_probe", "a metric of SGLang's kind").inc()
         app = FastAPI()
         common.add_prometheus_middleware(app)
 
@@ -249,7 +253,10 @@ def run(cmd: dict) -> dict:
         hits = sum(sample.value for family in text_string_to_metric_families(response.text)
                    if family.name == "mmcache_loads" for sample in family.samples
                    if sample.labels.get("source") == "memory")
-        return {"status": response.status_code, "memory_hits": hits}
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+        probe = families.get("sglang_worker_probe")
+        return {"status": response.status_code, "memory_hits": hits,
+                "sglang_metric": probe.samples[0].value if probe else None}
     raise ValueError(f"unknown op {op}")
 
 

@@ -204,6 +204,8 @@ def test_failures_raise_sglangs_exception_types(workers, origin, path):
         {"url": origin.set(path(), Route(200, png()[:40]))},              # truncated
         {"url": "data:image/png;base64,@@@"},                            # bad base64
         {"url": "http://"},                                              # no host
+        {"url": "http://exa mple.com/x.png"},                            # a space in the host
+        {"url": "http://[::1]:99999/x.png"},                             # a bad port
     ]
     theirs, ours = both(workers, {"op": "load", "items": items})
     got = [same(o[0]) for o in ours["outcomes"]]
@@ -211,7 +213,7 @@ def test_failures_raise_sglangs_exception_types(workers, origin, path):
     assert got == expected
     assert expected[0]["error"] == "requests.exceptions.ConnectionError"
     assert expected[3]["error"] == "requests.exceptions.TooManyRedirects"
-    assert expected[6]["error"] == "requests.exceptions.InvalidURL"
+    assert [e["error"] for e in expected[6:]] == ["requests.exceptions.InvalidURL"] * 3
 
 
 def test_a_slow_origin_times_out_as_sglangs_with_the_default_timeout(workers, origin, path):
@@ -227,22 +229,37 @@ def test_sglangs_url_policy_is_honoured(workers, origin, path):
     # A redirect from an allowed host to another: SGLang checks every hop, so must we.
     to_other = origin.set(path(), Route(302, b"", headers={
         "Location": image.replace("127.0.0.1", "localhost")}))
-    big = origin.image(path(), os.urandom(1536 * 1024))  # 1.5 MiB, over 1 MiB
+    noise = noise_png()  # an image, so a limit not applied would load it
+    big = origin.image(path(), noise)
+    big_data_url = "data:image/png;base64," + base64.b64encode(noise).decode()
     cases = [
-        ({"allowed_media_domains": ["example.com"]}, image),
-        ({"allowed_media_domains": ["127.0.0.1"]}, to_other),
-        ({"allowed_media_domains": ["127.0.0.1"]}, image),
-        ({"max_file_size_mb": 1}, big),
+        ({"allowed_media_domains": ["example.com"]}, image, "allowed"),
+        ({"allowed_media_domains": ["127.0.0.1"]}, to_other, "allowed"),
+        ({"allowed_media_domains": ["127.0.0.1"]}, image, None),
+        ({"max_file_size_mb": 1}, big, "download limit"),
+        # SGLang's limit is of downloads: an inline image over it loads.
+        ({"max_file_size_mb": 1}, big_data_url, None),
     ]
-    outcomes = []
-    for security, url in cases:
+    for security, url, refusal in cases:
         theirs, ours = both(workers, {"op": "load", "items": [{"url": url}],
                                       "security": security})
-        expected = theirs["outcomes"][0][0]
-        outcomes.append(expected.get("error"))
-        assert same(ours["outcomes"][0][0]) == same(expected), (security, url)
-    assert outcomes == ["builtins.ValueError", "builtins.ValueError", None,
-                        "builtins.ValueError"]
+        expected, got = theirs["outcomes"][0][0], ours["outcomes"][0][0]
+        assert same(got) == same(expected), (security, url[:60], expected, got)
+        if refusal is None:
+            assert "mode" in got, got
+        else:
+            assert got["error"] == "builtins.ValueError", got
+            assert refusal in expected["message"] and refusal in got["message"], (
+                expected, got)
+
+
+def noise_png() -> bytes:
+    """A 1.5 MiB PNG (random pixels do not compress): over a 1 MiB limit."""
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (512, 1024), os.urandom(512 * 1024 * 3)).save(buf, "PNG")
+    data = buf.getvalue()
+    assert 1024 * 1024 < len(data) < 2 * 1024 * 1024, len(data)
+    return data
 
 
 def test_sixteen_threads_make_one_origin_download_per_url(workers, origin, path):
@@ -287,6 +304,7 @@ def test_mmcaches_metrics_are_on_sglangs_metrics_route(workers, origin, path):
     out = plugin({"op": "metrics"})
     assert out["status"] == 200
     assert out["memory_hits"] >= 1, out
+    assert out["sglang_metric"] == 1.0, out  # SGLang's own multiprocess metrics, still there
 
 
 def test_gpu_decode_gets_its_bytes_through_the_tiers(workers, origin, path):

@@ -160,7 +160,9 @@ def report(engine: str, rounds: dict) -> tuple[list[dict], list[dict]]:
                 "ratio_kind": "x loads/s",
                 "ratio": None if ratio is None else round(ratio, 3),
                 "target": f">= {goal:g}x",
-                "met": None if ratio is None else (ratio >= goal and mm["failed"] == 0),
+                # A baseline's failures would flatter the ratio: no verdict then.
+                "met": None if ratio is None or b["failed"] else (
+                    ratio >= goal and mm["failed"] == 0),
                 "note": f"{others}; failed: {subject} {mm['failed']}, {base} {b['failed']}",
             })
     return summaries, docs

@@ -82,14 +82,17 @@ pub(super) fn rows(o: &Opts, name: &str) -> anyhow::Result<Vec<serde_json::Value
 pub(super) fn engines_compare(o: &Opts, engine: &str) -> anyhow::Result<Vec<Row>> {
     let python = crate::engines::engines_venv()?;
     setup::maturin_develop(crate::engines::ENGINES_VENV, true)?;
-    let wheel = setup::dynamo_wheel(&setup::python_venv(setup::VENV)?)?;
     let json = o.out.join(format!("{engine}.json"));
     let mut cmd = Command::new(&python);
     cmd.arg("crates/python/bench/engines_compare.py")
         .args(["--engine", engine])
         .arg("--out")
-        .arg(&json)
-        .env("MMCACHE_DYNAMO_WHEEL", &wheel);
+        .arg(&json);
+    if engine == "vllm" {
+        // Dynamo's vLLM connector is one of vLLM's baselines.
+        let wheel = setup::dynamo_wheel(&setup::python_venv(setup::VENV)?)?;
+        cmd.env("MMCACHE_DYNAMO_WHEEL", &wheel);
+    }
     if o.quick {
         cmd.arg("--quick");
     }

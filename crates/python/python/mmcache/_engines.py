@@ -5,6 +5,7 @@ not use its parent's. Imports no engine."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -56,7 +57,12 @@ class MetricsCollector:
     def collect(self) -> Any:
         from prometheus_client.parser import text_string_to_metric_families
 
-        yield from text_string_to_metric_families(_native.metrics_text())
+        try:
+            families = list(text_string_to_metric_families(_native.metrics_text()))
+        except Exception:  # noqa: BLE001 -- the engine's own metrics must still be scraped
+            logging.getLogger(__name__).exception("mmcache's metrics left out of this scrape")
+            return
+        yield from families
 
     def describe(self) -> list:
         return []  # families are known at scrape time only

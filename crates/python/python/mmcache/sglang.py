@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from . import errors as _errors
 from ._engines import MetricsCollector, ProcessLoader
@@ -82,8 +82,8 @@ def _defaults(policy: tuple[frozenset, int]) -> dict[str, str]:
 
 
 _lock = threading.Lock()
-_policy: tuple[frozenset, int] = (frozenset(), 0)
-_process = ProcessLoader(_defaults(_policy))
+_policy: Optional[tuple[frozenset, int]] = None  # SGLang's, once read
+_process = ProcessLoader(_defaults((frozenset(), 0)))
 
 
 def _process_for(common: Any) -> ProcessLoader:
@@ -128,37 +128,53 @@ def load_image(original: Any, image_file: Any, gpu_image_decode: Any = True) -> 
     if not isinstance(url, str):
         return original(image_file, gpu_image_decode)
     is_http = url.startswith(("http://", "https://"))
-    if not is_http and not url.startswith("data:") or is_http and not _host(url):
-        # Not a URL mmcache loads (an http(s) URL without a host is requests' InvalidURL).
+    if is_http:
+        url = _prepared(url)  # the URL requests would fetch, as SGLang checks it
+    if not is_http and not url.startswith("data:") or url is None:
+        # Not a URL mmcache loads (requests' InvalidURL comes from SGLang's own code).
         return original(image_file, gpu_image_decode)
     process = _process_for(common)
-    if gpu_image_decode and _cuda():
-        # SGLang's GPU decode of the bytes, which come through the tiers.
-        return original(_bytes_of(common, process, url, is_http), gpu_image_decode)
-    if is_http:
+    if gpu_image_decode and common.is_cuda():
+        # The bytes through the tiers; SGLang's GPU decode of a JPEG, as its own would do.
+        data = _bytes_of(common, process, url, is_http)
+        if common.is_jpeg_with_cuda(data, gpu_image_decode):
+            return original(data, gpu_image_decode)
+        pixels = _decode(common, process, url, data)
+    elif is_http:
         common._assert_media_url_allowed(url)
         pixels = _load(common, url, _original_mode(process))
     else:
-        data = common.get_image_bytes(url)  # SGLang's own parsing and base64
-        try:
-            pixels = _original_mode(process).decode(data)
-        except _errors.MmcacheError as exc:
-            raise _sglang_error(common, url, exc) from exc
-    if pixels.mode == "":  # not decoded here: SGLang's own decode of the same bytes
-        source = pixels.source
+        pixels = _decode(common, process, url, common.get_image_bytes(url))  # SGLang's parsing
+    if pixels is None or pixels.mode == "":  # not decoded here: SGLang's own decode of the same bytes
+        source = None if pixels is None else pixels.source
         if source is None:
             source = _bytes_of(common, process, url, is_http)
         return original(source, gpu_image_decode)
     return image_of(pixels), None
 
 
-def _host(url: str) -> str | None:
-    from urllib.parse import urlsplit
+def _prepared(url: str) -> str | None:
+    """`url` as requests sends it (SGLang checks its policy on that form), or None where
+    requests refuses it (no host, a bad port, a space in the host ...)."""
+    import requests
 
     try:
-        return urlsplit(url).hostname
-    except ValueError:  # a malformed authority: requests' error, from SGLang's own code
+        prepared = requests.Request("GET", url).prepare().url
+    except (requests.exceptions.RequestException, ValueError):
         return None
+    return prepared if prepared.startswith(("http://", "https://")) else None
+
+
+def _decode(common: Any, process: ProcessLoader, url: str, data: bytes) -> Any:
+    """The pixels of bytes in hand (a data URL's, or bytes SGLang would decode on its CPU
+    path); None where SGLang's own decode must run (bytes over mmcache's cap, which SGLang
+    decodes whatever their size)."""
+    try:
+        return _original_mode(process).decode(data)
+    except _errors.BodyTooLargeError:
+        return None
+    except _errors.MmcacheError as exc:
+        raise _sglang_error(common, url, exc) from exc
 
 
 def _bytes_of(common: Any, process: ProcessLoader, url: str, is_http: bool) -> bytes:
@@ -192,12 +208,6 @@ def _too_large(common: Any) -> ValueError:
     if not limit:  # mmcache's cap, where SGLang has none
         return ValueError("Remote media exceeds mmcache's download limit (DYN_MM_MAX_FILE_SIZE_MB)")
     return ValueError(f"Remote media exceeds the {limit} byte download limit")
-
-
-def _cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def _sglang_error(common: Any, url: str, exc: BaseException) -> BaseException:
