@@ -159,8 +159,9 @@ def report(engine: str, rounds: dict) -> tuple[list[dict], list[dict]]:
                              "p99_ms": round(b["p99_ms"], 3)},
                 "ratio_kind": "x loads/s",
                 "ratio": None if ratio is None else round(ratio, 3),
-                "target": f">= {goal:g}x",
                 # A baseline's failures would flatter the ratio: no verdict then.
+                "target": f">= {goal:g}x" if not b["failed"] else (
+                    f"{goal:g}x (no verdict: {base} failed {b['failed']} loads)"),
                 "met": None if ratio is None or b["failed"] else (
                     ratio >= goal and mm["failed"] == 0),
                 "note": f"{others}; failed: {subject} {mm['failed']}, {base} {b['failed']}",
