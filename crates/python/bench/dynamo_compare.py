@@ -393,10 +393,15 @@ def main() -> int:
         "rows": docs,
         "all_targets_met": all(r["met"] is not False for r in docs),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nwrote {args.out} in {out['elapsed_s']:.0f} s", file=sys.stderr)
+    write_out(args.out, out)
     return 0
+
+
+def write_out(path: Path, out: dict) -> None:
+    """A run's JSON (`rows` in docs/bench-results.json's form), for `bench-docs --merge`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\nwrote {path} in {out['elapsed_s']:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -156,18 +155,7 @@ async def timed(start, latencies: list, failures: list, loads: int) -> dict:
     wall, cpu = time.perf_counter(), time.process_time()
     await start()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    latencies.sort()
-    return {
-        "loads": loads,
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "loop_cpu_s": 0.0,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "max_ms": 1000 * latencies[-1],
-        "failed": len(failures),
-        "failure_examples": failures[:3],
-    }
+    return worker.pass_result(loads, wall, cpu, 0.0, latencies, failures)
 
 
 def main(name: str, conn, env: dict[str, str], verbose: bool) -> None:

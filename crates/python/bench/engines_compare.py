@@ -27,7 +27,6 @@ docs/bench-results.json (``cargo xtask bench-docs --merge FILE`` records them).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -231,9 +230,7 @@ def main() -> int:
         "rows": docs,
         "all_targets_met": all(r["met"] is not False for r in docs),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nwrote {args.out} in {out['elapsed_s']:.0f} s", file=sys.stderr)
+    dynamo_compare.write_out(args.out, out)
     return 0
 
 

@@ -134,9 +134,16 @@ async def timed_pass(impl: Impl, loader, urls: list) -> dict:
     # loop: the event-loop thread alone (what bounds loads/s however many cores there are);
     # cpu: every thread of the process (loop, decode threads, Rust runtime).
     loop = time.thread_time() - loop
+    return pass_result(len(urls), wall, cpu, loop, latencies, failures)
+
+
+def pass_result(loads: int, wall: float, cpu: float, loop: float, latencies: list[float],
+                failures: list[str]) -> dict:
+    """One timed pass as the coordinators read it (`failures`: one entry per failed load,
+    empty past the examples kept)."""
     latencies.sort()
     return {
-        "loads": len(urls),
+        "loads": loads,
         "wall_s": wall,
         "cpu_s": cpu,
         "loop_cpu_s": loop,
