@@ -2,15 +2,8 @@
 
 use mmcache_loader::Source;
 
-/// Every source, in the order a load tries them.
-const SOURCES: [Source; 6] = [
-    Source::Memory,
-    Source::Inflight,
-    Source::Disk,
-    Source::Shared,
-    Source::Origin,
-    Source::Data,
-];
+/// Every source, in the order a load tries them (the order they are declared in).
+const SOURCES: &[Source] = Source::ALL;
 
 /// Loads that succeeded, by source, and loads that failed.
 #[derive(Debug, Default)]

@@ -56,7 +56,18 @@ impl DiskCache {
         bytes: Bytes,
         lock: Option<FillLock>,
     ) -> WriteOutcome {
-        self.put_digest(name.0.clone(), bytes, lock).await
+        self.put_digest(name.0.clone(), vec![bytes], lock).await
+    }
+
+    /// [`DiskCache::put_named`] of an entry made of `parts`, written one after the other (no
+    /// copy joins them).
+    pub async fn put_named_parts(
+        &self,
+        name: &EntryName,
+        parts: Vec<Bytes>,
+        lock: Option<FillLock>,
+    ) -> WriteOutcome {
+        self.put_digest(name.0.clone(), parts, lock).await
     }
 
     /// Removes the entry named `name` ([`DiskCache::remove`]).

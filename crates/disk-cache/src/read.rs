@@ -26,6 +26,15 @@ impl std::fmt::Debug for EntryStamp {
     }
 }
 
+/// How a read takes an entry's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// Read into memory (reserved in the read memory first).
+    Read,
+    /// Mapped read-only (see `mapped`).
+    Map,
+}
+
 /// What one read found.
 enum Found {
     Hit(Bytes, EntryStamp),
@@ -46,6 +55,15 @@ impl DiskCache {
 
     /// [`DiskCache::get`] by the entry's hex digest name, with the stamp of the file read.
     pub(crate) async fn get_digest(&self, digest: String) -> Option<(Bytes, EntryStamp)> {
+        self.get_digest_as(digest, How::Read).await
+    }
+
+    /// [`DiskCache::get_digest`], the entry read or mapped.
+    pub(crate) async fn get_digest_as(
+        &self,
+        digest: String,
+        how: How,
+    ) -> Option<(Bytes, EntryStamp)> {
         if !self.enabled() {
             // Not a read: no metric, a miss in the stats.
             bump(&self.inner.metrics.stats.misses, 1);
@@ -60,7 +78,7 @@ impl DiskCache {
                 if let Some(stall) = stall {
                     stall();
                 }
-                this.read(&digest)
+                this.read(&digest, how)
             })
             .await;
         let found = match result {
@@ -108,11 +126,11 @@ impl DiskCache {
 
     /// Reads `digest`'s entry through the kept folder handles; when that finds nothing, again
     /// from the configured path (the kept folder may have been removed or replaced; see `dirs`).
-    fn read(&self, digest: &str) -> FsResult<Found> {
+    fn read(&self, digest: &str, how: How) -> FsResult<Found> {
         let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
         let kept = dirs.shard(aa, owners);
         let first = match &kept {
-            Some(shard) => match self.read_in(&shard.fd, digest) {
+            Some(shard) => match self.read_in(&shard.fd, digest, how) {
                 // Nothing there, or an I/O error (a removed folder on NFS is ESTALE): the
                 // folder may be gone, so look from the path.
                 r @ Err(FsError::Missing | FsError::Io(_)) => Some(r),
@@ -126,10 +144,10 @@ impl DiskCache {
         {
             return first; // the same folder: looked there already
         }
-        self.read_in(&fresh.fd, digest)
+        self.read_in(&fresh.fd, digest, how)
     }
 
-    fn read_in(&self, shard: &OwnedFd, digest: &str) -> FsResult<Found> {
+    fn read_in(&self, shard: &OwnedFd, digest: &str, how: How) -> FsResult<Found> {
         let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
         if self.expired(&st) {
             if fsops::unlink_if_same(shard, digest, &st) {
@@ -141,6 +159,12 @@ impl DiskCache {
             return Ok(Found::Miss); // empty, or over this worker's cap
         }
         let len = usize::try_from(st.st_size).unwrap_or(0);
+        if how == How::Map {
+            if fsops::writable(&st) {
+                return Err(FsError::Skipped(fsops::Skip::Writable));
+            }
+            return Ok(Found::Hit(crate::mapped::map(&file)?, EntryStamp(st)));
+        }
         let stamp = EntryStamp(st);
         let hold: Option<ReadHold> = match self.inner.read_memory.get() {
             None => None,

@@ -30,19 +30,20 @@ impl DiskCache {
     /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
     pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
         let _ = self
-            .put_digest(identity.sha256_hex().to_owned(), bytes, lock)
+            .put_digest(identity.sha256_hex().to_owned(), vec![bytes], lock)
             .await;
     }
 
-    /// [`DiskCache::put_locked`] by the entry's hex digest name; how the write ended (only
+    /// [`DiskCache::put_locked`] by the entry's hex digest name, the entry being `parts` one
+    /// after the other (written in turn, never joined in memory); how the write ended (only
     /// [`WriteOutcome::Success`](metrics::WriteOutcome::Success) landed within the deadline).
     pub(crate) async fn put_digest(
         &self,
         digest: String,
-        bytes: Bytes,
+        parts: Vec<Bytes>,
         lock: Option<FillLock>,
     ) -> metrics::WriteOutcome {
-        let len = bytes.len() as u64;
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             self.inner.metrics.write(metrics::WriteOutcome::Skipped);
             return metrics::WriteOutcome::Skipped;
@@ -59,7 +60,7 @@ impl DiskCache {
                 if let Some(stall) = stall {
                     stall();
                 }
-                this.write(&digest, &bytes)
+                this.write(&digest, &parts)
             })
             .await;
         let outcome = match result {
@@ -102,7 +103,7 @@ impl DiskCache {
     /// opened one level at a time without following links and judged (`open_dirs`), and the
     /// file is made and renamed relative to those handles (`openat`, `renameat`): a folder
     /// swapped for a link after it was judged is never followed.
-    fn write(&self, digest: &str, bytes: &[u8]) -> FsResult<()> {
+    fn write(&self, digest: &str, parts: &[Bytes]) -> FsResult<()> {
         let owners = &self.inner.owners;
         let tmp_dir = self.open_dirs(&["tmp"], true)?;
         let shard = self.open_dirs(&[&digest[..2]], true)?;
@@ -114,11 +115,18 @@ impl DiskCache {
             random_u64()
         );
         let mut file = fsops::create_file_at(&tmp_dir, &tmp, owners)?;
-        let written = file.write_all(bytes).and_then(|()| file.flush());
+        let mut written = parts
+            .iter()
+            .try_for_each(|part| file.write_all(part))
+            .and_then(|()| file.flush())
+            .map_err(FsError::from);
+        if written.is_ok() && self.inner.config.tier == crate::Tier::Host {
+            written = fsops::make_read_only(&file, owners);
+        }
         drop(file);
         let result = match written {
             Ok(()) => fsops::rename_at(&tmp_dir, &tmp, &shard, digest),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         };
         if result.is_err() {
             let _ = fsops::unlink_at(&tmp_dir, &tmp);

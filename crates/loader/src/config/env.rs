@@ -6,6 +6,7 @@ use crate::error::ConfigError;
 
 pub use super::settings::disk::*;
 pub use super::settings::dynamo::*;
+pub use super::settings::host::*;
 pub use super::settings::own::*;
 pub use super::settings::shared_cache::*;
 

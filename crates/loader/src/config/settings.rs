@@ -11,6 +11,7 @@ use crate::error::ConfigError;
 
 pub(super) mod disk;
 pub(super) mod dynamo;
+pub(super) mod host;
 pub(super) mod own;
 pub(super) mod shared_cache;
 
@@ -68,6 +69,8 @@ pub(super) enum CheckedBy {
     SharedCache(mmcache_shared_cache::Field),
     /// [`mmcache_disk_cache::DiskCacheConfig::validate`].
     Disk(mmcache_disk_cache::Field),
+    /// The same, of the host pixel tier's configuration.
+    Host(mmcache_disk_cache::Field),
 }
 
 /// The tables of docs/configuration.md, each generated from the settings declared in it.
@@ -81,17 +84,20 @@ pub enum Section {
     SharedCache,
     /// The host disk tier.
     Disk,
+    /// The host pixel tier.
+    Host,
     /// Hedged reads and bounded writes of the shared cache.
     Hedge,
 }
 
 impl Section {
     /// Every section, in the order of docs/configuration.md.
-    pub const ALL: [Section; 5] = [
+    pub const ALL: [Section; 6] = [
         Section::Dynamo,
         Section::Own,
         Section::SharedCache,
         Section::Disk,
+        Section::Host,
         Section::Hedge,
     ];
 
@@ -102,6 +108,7 @@ impl Section {
             Section::Own => "own",
             Section::SharedCache => "shared-cache",
             Section::Disk => "disk",
+            Section::Host => "host-pixels",
             Section::Hedge => "hedge",
         }
     }
@@ -109,13 +116,14 @@ impl Section {
 
 /// The runs of declarations, in the order of [`SETTINGS`] (the order of the Python keyword
 /// table in docs/configuration.md, and of [`Config::from_lookup`]).
-const RUNS: [&[Setting]; 7] = [
+const RUNS: [&[Setting]; 8] = [
     &dynamo::SETTINGS,
     &own::CACHES_AND_ORIGIN,
     &shared_cache::SHARED_CACHE,
     &shared_cache::HEDGE,
     &own::DECODE_AND_POLICY,
     &disk::SETTINGS,
+    &host::SETTINGS,
     &own::BUDGETS_AND_EMBEDDINGS,
 ];
 

@@ -46,6 +46,13 @@ impl Config {
             self.read_first_steps_bytes(),
         )));
         self.disk.max_entry_bytes = self.max_file_size_bytes;
+        // The largest image the pixel limit lets through, in the widest layout, with its header
+        // and the encoded bytes a profile may keep beside it.
+        self.host.max_entry_bytes = self
+            .max_pixels
+            .saturating_mul(mmcache_decode::PixelLayout::MAX_BYTES_PER_PIXEL as u64)
+            .saturating_add(self.max_file_size_bytes)
+            .saturating_add(1 << 20);
     }
 
     /// The shared cache's configuration; `None` when it is off.
@@ -56,6 +63,11 @@ impl Config {
     /// The disk tier's configuration; `None` when it is off.
     pub(crate) fn disk_cache_config(&self) -> Option<DiskCacheConfig> {
         self.disk_enabled().then(|| self.disk.clone())
+    }
+
+    /// The host pixel tier's configuration; `None` when it is off.
+    pub(crate) fn host_pixels_config(&self) -> Option<DiskCacheConfig> {
+        self.host_enabled().then(|| self.host.clone())
     }
 }
 

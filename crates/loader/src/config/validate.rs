@@ -72,6 +72,9 @@ impl Config {
         self.disk
             .validate()
             .map_err(|e| given.tier(CheckedBy::Disk(e.field), &e.value, e.expected))?;
+        self.host
+            .validate()
+            .map_err(|e| given.tier(CheckedBy::Host(e.field), &e.value, e.expected))?;
         let durations = [
             (
                 env::ORIGIN_CONNECT_TIMEOUT_SECS,
