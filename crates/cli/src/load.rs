@@ -21,8 +21,7 @@ pub(crate) struct LoadArgs {
     /// Print the Prometheus scrape text at the end
     #[arg(long)]
     pub(crate) metrics: bool,
-    /// With --json: each image's pixel digest too (blake3 of its pixels, hex), to compare the
-    /// pixels of processes, hosts or versions
+    /// With --json: each image's pixel digest too (blake3, hex)
     #[arg(long, requires = "json")]
     pub(crate) digest: bool,
     /// Image URLs, loaded in order

@@ -12,7 +12,7 @@ fn bump(c: &AtomicU64) {
 /// host pixel tier's (`mmcache_host_pixels_*`), which are the same operations on another
 /// directory.
 macro_rules! family {
-    ($(#[$doc:meta])* $module:ident, $prefix:literal, $what:literal) => {
+    ($(#[$doc:meta])* $module:ident, $prefix:literal, $What:literal, $what:literal, $hits:literal) => {
         $(#[$doc])*
         pub mod $module {
             use super::*;
@@ -21,7 +21,7 @@ macro_rules! family {
             pub const READS: Metric = Metric::new(
                 concat!($prefix, "_reads_total"),
                 Kind::Counter,
-                concat!($what, " reads by outcome"),
+                concat!($What, " reads by outcome"),
             )
             .labels(&[ReadOutcome::LABEL])
             .note("`no_memory`: an entry not read, no room in the download budget within its wait");
@@ -29,7 +29,7 @@ macro_rules! family {
             pub const READ_BYTES: Metric = Metric::new(
                 concat!($prefix, "_read_bytes_total"),
                 Kind::Counter,
-                concat!("Bytes read from ", $what, " hits"),
+                concat!("Bytes read from ", $hits, " hits"),
             )
             .unit(Unit::Bytes)
             .note(concat!(
@@ -41,10 +41,10 @@ macro_rules! family {
             pub const WRITES: Metric = Metric::new(
                 concat!($prefix, "_writes_total"),
                 Kind::Counter,
-                concat!($what, " writes by outcome"),
+                concat!($What, " writes by outcome"),
             )
             .labels(&[WriteOutcome::LABEL])
-            .note("`skipped`: empty or over the entry cap");
+            .note("`skipped`: empty or over the entry cap (the disk tier's is the download cap)");
             /// Bytes written.
             pub const WRITTEN_BYTES: Metric = Metric::new(
                 concat!($prefix, "_written_bytes_total"),
@@ -56,7 +56,7 @@ macro_rules! family {
             pub const EVICTIONS: Metric = Metric::new(
                 concat!($prefix, "_evictions_total"),
                 Kind::Counter,
-                concat!($what, " entries removed, by reason"),
+                concat!($What, " entries removed, by reason"),
             )
             .labels(&[EvictReason::LABEL])
             .note("`corrupt`: did not decode or failed its check; `partial`: left by a writer that died");
@@ -64,7 +64,7 @@ macro_rules! family {
             pub const SKIPPED: Metric = Metric::new(
                 concat!($prefix, "_skipped_total"),
                 Kind::Counter,
-                concat!($what, " names and operations skipped, by reason (not ours, or a bound)"),
+                concat!($What, " names and operations skipped, by reason (not ours, or a bound)"),
             )
             .labels(&[SkipReason::LABEL])
             .note(
@@ -101,13 +101,17 @@ family!(
     /// The disk tier's metrics (encoded bytes on a local disk).
     disk,
     "mmcache_disk_cache",
-    "disk tier"
+    "Disk tier",
+    "disk tier",
+    "disk-tier"
 );
 family!(
     /// The host pixel tier's metrics (decoded pixels on a memory file system).
     host,
     "mmcache_host_pixels",
-    "host pixel tier"
+    "Host pixel tier",
+    "host pixel tier",
+    "host-pixel-tier"
 );
 
 pub use disk::{

@@ -5,22 +5,27 @@
 //! it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use mmcache_disk_cache::Field as host;
 
 use super::{CheckedBy, Section, Setting};
-use crate::config::parse::parse_positive_int;
+use crate::config::parse::{parse_millis, parse_positive_int};
 use crate::error::ConfigError;
 
 /// Directory of the host pixel tier, on a memory file system; setting it turns the tier on.
 pub const HOST_PIXELS_DIR: &str = "MMCACHE_HOST_PIXELS_DIR";
 /// Byte budget of the host pixel tier across the host's processes.
 pub const HOST_PIXELS_MAX_BYTES: &str = "MMCACHE_HOST_PIXELS_MAX_BYTES";
+/// Host pixel entry TTL in whole seconds.
+pub const HOST_PIXELS_TTL_SECS: &str = "MMCACHE_HOST_PIXELS_TTL_SECS";
 /// Shared-group mode of the host pixel tier: a gid or a group name (from `/etc/group`).
 pub const HOST_PIXELS_GROUP: &str = "MMCACHE_HOST_PIXELS_GROUP";
+/// Deadline of one host pixel tier operation in ms.
+pub const HOST_PIXELS_TIMEOUT_MS: &str = "MMCACHE_HOST_PIXELS_TIMEOUT_MS";
 
 /// The host pixel tier.
-pub(super) const SETTINGS: [Setting; 3] = [
+pub(super) const SETTINGS: [Setting; 5] = [
     Setting {
         name: HOST_PIXELS_DIR,
         section: Section::Host,
@@ -57,6 +62,21 @@ pub(super) const SETTINGS: [Setting; 3] = [
         },
     },
     Setting {
+        name: HOST_PIXELS_TTL_SECS,
+        section: Section::Host,
+        checked_by: CheckedBy::Host(host::Ttl),
+        default: "`3600`",
+        rule: "integer > 0, <= 31536000",
+        doc: ": an entry older than this (by modification time) is a miss and is removed",
+        python: "host_pixels_ttl_secs",
+        python_value: "float seconds",
+        read: |c, v| {
+            let secs = parse_positive_int(HOST_PIXELS_TTL_SECS, v)?;
+            c.host.ttl = Duration::from_secs(secs);
+            Ok(())
+        },
+    },
+    Setting {
         name: HOST_PIXELS_GROUP,
         section: Section::Host,
         checked_by: CheckedBy::Loader,
@@ -77,6 +97,22 @@ pub(super) const SETTINGS: [Setting; 3] = [
                 )
             })?;
             c.host.group = Some(gid);
+            Ok(())
+        },
+    },
+    Setting {
+        name: HOST_PIXELS_TIMEOUT_MS,
+        section: Section::Host,
+        checked_by: CheckedBy::Host(host::Timeout),
+        default: "`1000`",
+        rule: "integer > 0, <= 3600000",
+        doc: ": deadline of one operation (a map and its checks' file calls, a write, one lock \
+            attempt). A slower map is a miss (the load goes on to the next tier); a slower write \
+            finishes in the background",
+        python: "host_pixels_timeout_ms",
+        python_value: "int milliseconds",
+        read: |c, v| {
+            c.host.timeout = parse_millis(HOST_PIXELS_TIMEOUT_MS, v)?;
             Ok(())
         },
     },
