@@ -5,6 +5,7 @@ faults in the writing process and never reaches another."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -132,3 +133,25 @@ def test_a_stray_write_through_pillows_core_faults_only_the_writer(origin, path,
     after = run_worker(host_dir, [url])
     assert after[0]["source"] == "host"
     assert after[0]["pil"] == hashlib.sha256(pixels_of(body)).hexdigest()
+
+
+def test_public_writes_to_a_mapped_image_copy_it_first(origin, path, host_dir, monkeypatch):
+    """Every public Pillow write (test_pil's list) on an image that maps the host tier: the
+    caller's image changes, no write faults, and the entry the next load maps is intact."""
+    from test_pil import drop_in, encoded, leaked_writes
+
+    monkeypatch.setenv("MMCACHE_HOST_PIXELS_DIR", host_dir)
+    monkeypatch.setenv("DYN_MM_IMAGE_CACHE_SIZE", "0")  # every load below memory: mapped
+    url = origin.image(path(), encoded("png"))
+    loader = drop_in()
+
+    async def load_image():
+        image = await loader.load_image(url)
+        await loader.loader.flush_async(10.0)  # the first load's entry lands before the next
+        return image
+
+    first = asyncio.run(load_image())
+    again = asyncio.run(load_image())
+    assert again.tobytes() == first.tobytes()
+    assert leaked_writes(load_image) == []
+    assert origin.count(url.removeprefix(origin.base)) == 1, "every later load mapped the entry"
