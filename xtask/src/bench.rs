@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use mmcache_decode::{DecodeLimits, decode};
 use mmcache_loader::{Loader, LoaderBuilder, Source};
 use mmcache_scope::CacheIdentity;
@@ -49,12 +49,24 @@ const SCENARIOS: [&str; 16] = [
     "host",
 ];
 
-struct Opts {
-    concurrency: usize,
-    quick: bool,
-    loaders: usize,
-    out: PathBuf,
+/// `cargo xtask bench`'s options, which every scenario reads.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Opts {
+    /// Run this scenario (repeat for more; default: every one)
+    #[arg(long = "scenario", value_name = "NAME", value_parser = SCENARIOS)]
     chosen: Vec<String>,
+    /// Operations in flight at once in a measured series
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    concurrency: usize,
+    /// Loaders of the stampede scenario's fleet
+    #[arg(long, value_name = "K", default_value_t = 8)]
+    loaders: usize,
+    /// Fewer rounds (3, not 5) and shorter series
+    #[arg(long)]
+    quick: bool,
+    /// Where results.md, results.json and ratios.svg go
+    #[arg(long, value_name = "DIR", default_value = "target/bench")]
+    out: PathBuf,
 }
 
 /// One measured series.
@@ -230,23 +242,14 @@ fn serve(origin: &TestOrigin, prefix: &str, n: usize, body: &[u8]) -> Arc<Vec<St
     Arc::new(urls)
 }
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    // Bad arguments fail here, before a release build.
-    let o = parse(args)?;
+pub(crate) fn run(mut o: Opts) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         println!("==> building in release mode (benchmarks of a debug build mean nothing)");
         let status =
             std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "run",
-                    "--release",
-                    "--quiet",
-                    "--package",
-                    "xtask",
-                    "--",
-                    "bench",
-                ])
-                .args(args)
+                .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
+                // This command line as it was given (`bench` and its options).
+                .args(std::env::args_os().skip(1))
                 .status()?;
         // The release build printed its own result (a table, or a message saying what
         // failed): exit as it did, adding nothing.
@@ -255,41 +258,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    run_with(o)
-}
-
-fn parse(args: &[String]) -> anyhow::Result<Opts> {
-    let mut o = Opts {
-        concurrency: 16,
-        quick: false,
-        loaders: 8,
-        out: PathBuf::from("target/bench"),
-        chosen: vec![],
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => o.quick = true,
-            "--concurrency" => o.concurrency = it.next().context("--concurrency N")?.parse()?,
-            "--loaders" => o.loaders = it.next().context("--loaders K")?.parse()?,
-            "--out" => o.out = PathBuf::from(it.next().context("--out DIR")?),
-            "--scenario" => o.chosen.push(it.next().context("--scenario NAME")?.clone()),
-            other => bail!(
-                "unknown flag `{other}` (bench takes --scenario, --concurrency, --loaders, --quick, --out)"
-            ),
-        }
-    }
-    for c in &o.chosen {
-        anyhow::ensure!(
-            SCENARIOS.contains(&c.as_str()),
-            "unknown scenario `{c}`; known: {}",
-            SCENARIOS.join(", ")
-        );
-    }
     if o.chosen.is_empty() {
         o.chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
     }
-    Ok(o)
+    run_with(o)
 }
 
 fn run_with(o: Opts) -> anyhow::Result<()> {
@@ -357,7 +329,7 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
         .collect();
     std::fs::write(
         o.out.join("ratios.svg"),
-        crate::svg::bars(crate::bench_docs::CHART_TITLE, &bars, 1.0, "x"),
+        crate::svg::bars(crate::docs::benchmarks::CHART_TITLE, &bars, 1.0, "x"),
     )?;
     println!("outputs in {}", o.out.display());
     Ok(())

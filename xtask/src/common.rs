@@ -1,7 +1,6 @@
 //! Shared pieces of the xtask jobs: workload generation, a fleet runner, statistics, and the
 //! Prometheus recorder.
 
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -246,21 +245,29 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// `cargo xtask cluster`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Masters of the cluster
+    #[arg(long, value_name = "N", default_value_t = ClusterOptions::default().masters)]
+    masters: usize,
+    /// Replicas of each master
+    #[arg(long, value_name = "N", default_value_t = ClusterOptions::default().replicas)]
+    replicas: usize,
+    /// TLS on every node (the CA certificate's path is printed)
+    #[arg(long)]
+    tls: bool,
+}
+
 /// `cargo xtask cluster`: start a cluster and keep it until Enter or end of input.
-pub(crate) fn run_cluster(args: &[String]) -> anyhow::Result<()> {
-    let mut opts = ClusterOptions::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--masters" => opts.masters = it.next().context("--masters N")?.parse()?,
-            "--replicas" => opts.replicas = it.next().context("--replicas N")?.parse()?,
-            "--tls" => opts.tls = true,
-            other => anyhow::bail!("unknown flag `{other}`"),
-        }
-    }
+pub(crate) fn run_cluster(args: &ClusterArgs) -> anyhow::Result<()> {
     crate::setup::ensure_prerequisites()?;
-    opts.ips = vec![Ipv4Addr::LOCALHOST];
-    let cluster = RedisCluster::start(opts)?;
+    let cluster = RedisCluster::start(ClusterOptions {
+        masters: args.masters,
+        replicas: args.replicas,
+        tls: args.tls,
+        ..ClusterOptions::default()
+    })?;
     println!("Redis Cluster up. Discovery URL: {}", cluster.url());
     if let Some(ca) = cluster.ca_path() {
         println!(

@@ -26,11 +26,15 @@ struct Row {
     elapsed: Duration,
 }
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let show_metrics = args.iter().any(|a| a == "--metrics");
-    if let Some(a) = args.iter().find(|a| *a != "--metrics") {
-        anyhow::bail!("unknown flag `{a}` (demo takes --metrics)");
-    }
+/// `cargo xtask demo`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Print the Prometheus scrape (mmcache and shared-cache series) at the end
+    #[arg(long)]
+    metrics: bool,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     // The shared-cache phase needs redis-server: install it where we can (root + apt-get);
     // otherwise the demo still runs its first phase and says how to get the second.
     if let Err(e) = crate::setup::ensure_prerequisites() {
@@ -174,7 +178,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             );
         }
     }
-    if show_metrics {
+    if args.metrics {
         println!("\n# Prometheus scrape (mmcache and shared-cache series)");
         for line in metrics.render().lines() {
             if line.starts_with("mmcache_") || line.starts_with("dynamo_") {

@@ -11,8 +11,6 @@
 
 use std::process::Command;
 
-use anyhow::bail;
-
 use crate::setup::{step, venv_python};
 
 /// Where the venv lives (kept, like target/venv).
@@ -25,10 +23,7 @@ const REQUIREMENTS: &str = "tests/engines/requirements.txt";
 const SMOKE: &str = "tests/engines/smoke.py";
 
 /// `cargo xtask engines`: [`engines_venv`], then [`check_engines`].
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    if let Some(a) = args.first() {
-        bail!("`cargo xtask engines` takes no arguments (got `{a}`)");
-    }
+pub(crate) fn run() -> anyhow::Result<()> {
     let python = engines_venv()?;
     check_engines(&python)?;
     println!("xtask engines: vLLM's and SGLang's media code runs in {ENGINES_VENV}");

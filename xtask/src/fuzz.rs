@@ -41,8 +41,36 @@ const MEMORY_MB: u64 = 4096;
 const BUILD_DIR: &str = "target/fuzz/build";
 const WORK_DIR: &str = "target/fuzz";
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let (targets, secs) = parse_args(args)?;
+/// `cargo xtask fuzz`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Fuzz this target (repeat for more; default: every one)
+    #[arg(
+        long = "target",
+        value_name = "T",
+        value_parser = TARGETS.map(|(t, _)| t),
+    )]
+    targets: Vec<String>,
+    /// Seconds per target
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    secs: u64,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let secs = args.secs;
+    let names = TARGETS.map(|(t, _)| t);
+    // In the order given (clap checked each is a target).
+    let targets: Vec<&'static str> = if args.targets.is_empty() {
+        names.to_vec()
+    } else {
+        let known = |a: &String| names.into_iter().find(|t| t == a);
+        args.targets.iter().filter_map(known).collect()
+    };
     ensure_prerequisites()?;
     let started = Instant::now();
     let mut build = Command::new("cargo");
@@ -100,37 +128,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     )
-}
-
-fn parse_args(args: &[String]) -> anyhow::Result<(Vec<&'static str>, u64)> {
-    let mut targets = Vec::new();
-    let mut secs = DEFAULT_SECS;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--target" => {
-                let name = it.next().context("--target needs a name")?;
-                let Some((t, _)) = TARGETS.iter().find(|(t, _)| t == name) else {
-                    let names: Vec<&str> = TARGETS.iter().map(|(t, _)| *t).collect();
-                    bail!("unknown target `{name}` (targets: {})", names.join(", "));
-                };
-                targets.push(*t);
-            }
-            "--secs" => {
-                let v = it.next().context("--secs needs a number")?;
-                secs = v
-                    .parse()
-                    .ok()
-                    .filter(|&s| s > 0)
-                    .with_context(|| format!("--secs wants whole seconds > 0, got `{v}`"))?;
-            }
-            other => bail!("unknown argument `{other}`"),
-        }
-    }
-    if targets.is_empty() {
-        targets = TARGETS.iter().map(|(t, _)| *t).collect();
-    }
-    Ok((targets, secs))
 }
 
 /// What one target's run showed, from AFL++'s `fuzzer_stats`.

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 use crate::setup::step;
 
@@ -30,10 +30,7 @@ pub(crate) const PUBLISHED: [&str; 7] = [
 /// Workspace members that are never published (`publish = false` in their manifests).
 const UNPUBLISHED: [&str; 3] = ["mmcache-test-support", "mmcache-python", "xtask"];
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    if let Some(a) = args.first() {
-        bail!("`cargo xtask package` takes no arguments (got `{a}`)");
-    }
+pub(crate) fn run() -> anyhow::Result<()> {
     check()
 }
 

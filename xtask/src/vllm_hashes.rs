@@ -25,10 +25,7 @@ const COMMITTED: &str = "crates/decode/tests/vllm_hashes.tsv";
 const HASHER: &str = "vllm/multimodal/hasher.py";
 
 /// `cargo xtask vllm-hashes`: [`check`], then the Rust test on the committed vectors.
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    if let Some(a) = args.first() {
-        bail!("`cargo xtask vllm-hashes` takes no arguments (got `{a}`)");
-    }
+pub(crate) fn run() -> anyhow::Result<()> {
     check(&python_venv(VENV)?)?;
     // `--workspace`: with `-p` cargo resolves features for that package alone and rebuilds
     // its dependencies.

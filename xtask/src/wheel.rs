@@ -38,24 +38,24 @@ const PYTHONS: [(&str, &str); 2] = [
     ("3.13", "tests/wheel/requirements-py3.13.txt"),
 ];
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    // No --target for this machine's own: cargo then reuses target/release.
-    let mut target: Option<String> = None;
-    let mut test = false;
-    let mut args = args.iter();
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--target" => target = Some(args.next().context("--target needs a triple")?.clone()),
-            "--test" => test = true,
-            other => bail!("`cargo xtask wheel` takes --target TRIPLE and --test (got `{other}`)"),
-        }
-    }
-    let requested = test;
+/// `cargo xtask wheel`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Build for this target triple (default: this machine's, reusing target/release)
+    #[arg(long, value_name = "TRIPLE")]
+    target: Option<String>,
+    /// Then test it in clean CPython 3.9 and 3.13 venvs, the host's libturbojpeg masked
+    #[arg(long)]
+    test: bool,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let target = args.target.as_deref();
+    let requested = args.test;
+    let mut test = requested;
     if test {
         ensure!(
-            target
-                .as_deref()
-                .is_none_or(|t| t.starts_with(std::env::consts::ARCH)),
+            target.is_none_or(|t| t.starts_with(std::env::consts::ARCH)),
             "--test runs the wheel on this machine, which is {}",
             std::env::consts::ARCH
         );
@@ -65,7 +65,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let skipped = requested && !test;
     // libjpeg-turbo is built from source: cmake drives it, nasm assembles its x86 SIMD code.
     let x86 = target
-        .as_deref()
         .map_or(std::env::consts::ARCH, |t| t.split('-').next().unwrap_or(t))
         .starts_with("x86");
     let mut tools = vec![(have("command -v cmake"), "cmake")];
@@ -81,7 +80,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     // maturin comes from tests/requirements.txt, ziglang and auditwheel from the wheel's own.
     let python = python_venv(VENV)?;
     pip_install(&python, "tests/wheel/requirements-build.txt")?;
-    let wheel = build(target.as_deref())?;
+    let wheel = build(target)?;
     if test {
         let dynamo = dynamo_wheel(&python)?;
         for (version, requirements) in PYTHONS {

@@ -107,7 +107,7 @@ pub use crate::config::{
     DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
     MemoryPart, SharedCacheConfig, env,
 };
-pub use crate::config::{SETTINGS, Section, Setting};
+pub use crate::config::{SETTINGS, Section, Setting, settings_doc_tables};
 pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::handle::Loader;
 pub use crate::hedge::{HedgeSettings, HedgeStats};

@@ -13,8 +13,11 @@ use mmcache_scope::metric::{Kind, Label, Metric, Unit};
 
 use crate::loaded::Source;
 
+mod doc_tables;
+
 pub(crate) use crate::metric_labels::PerLabel;
 pub use crate::metric_labels::{BypassReason, Outcome};
+pub use doc_tables::doc_tables;
 pub use metrics_exporter_prometheus as prometheus;
 pub use mmcache_shared_cache::metrics as shared_cache;
 

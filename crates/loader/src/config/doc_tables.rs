@@ -1,15 +1,22 @@
-//! docs/configuration.md's tables of settings are generated from [`SETTINGS`]: this test
-//! regenerates them and fails on any difference (`MMCACHE_BLESS=1` writes them instead).
+//! docs/configuration.md's generated tables, rendered from [`SETTINGS`] (`cargo xtask docs`
+//! writes them into the page, and with `--check` fails on any difference).
 
 use super::settings::{SETTINGS, Section};
 
-const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
-const END: &str = "<!-- end of generated table -->";
-
-fn marker(name: &str) -> String {
-    format!(
-        "<!-- generated from SETTINGS ({name}); MMCACHE_BLESS=1 cargo test -p mmcache-loader --lib config regenerates it -->"
-    )
+/// docs/configuration.md's generated tables, each with the name its marker in the page gives
+/// it: one per [`Section`] (named by [`Section::marker`]), then the Python keywords
+/// (`python-keywords`).
+///
+/// # Panics
+///
+/// When a declared text holds a `|`, which would split its table row.
+pub fn settings_doc_tables() -> Vec<(&'static str, String)> {
+    let mut tables: Vec<(&'static str, String)> = Section::ALL
+        .iter()
+        .map(|&section| (section.marker(), section_table(section)))
+        .collect();
+    tables.push(("python-keywords", keyword_table()));
+    tables
 }
 
 /// A table cell: a `|` inside it would split the row.
@@ -36,81 +43,41 @@ fn keyword_table() -> String {
     out
 }
 
-/// `doc` with the table after `marker(name)` replaced by `table`.
-fn replace_table(doc: &str, name: &str, table: &str) -> String {
-    let start = marker(name);
-    let Some(at) = doc.find(&start) else {
-        panic!("docs/configuration.md has no line {start}");
-    };
-    let body = at + start.len() + 1;
-    let Some(len) = doc[body..].find(END) else {
-        panic!("docs/configuration.md: no {END} after {start}");
-    };
-    format!("{}{table}{}", &doc[..body], &doc[body + len..])
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn generated(doc: &str) -> String {
-    let mut doc = doc.to_owned();
-    for section in Section::ALL {
-        doc = replace_table(&doc, section.marker(), &section_table(section));
-    }
-    replace_table(&doc, "python-keywords", &keyword_table())
-}
-
-#[test]
-fn the_docs_tables_are_generated_from_the_settings() {
-    let doc = std::fs::read_to_string(DOC).expect("docs/configuration.md");
-    let want = generated(&doc);
-    if want == doc {
-        return;
-    }
-    if std::env::var_os("MMCACHE_BLESS").is_some() {
-        std::fs::write(DOC, &want).expect("write docs/configuration.md");
-        return;
-    }
-    let first = doc
-        .lines()
-        .zip(want.lines())
-        .find(|(have, want)| have != want)
-        .map_or_else(String::new, |(have, want)| {
-            format!("\nfirst difference:\n  doc:      {have}\n  declared: {want}")
-        });
-    panic!(
-        "docs/configuration.md's tables differ from SETTINGS \
-         (crates/loader/src/config/settings/); run MMCACHE_BLESS=1 cargo test -p mmcache-loader --lib config{first}"
-    );
-}
-
-#[test]
-fn no_placeholder_is_left_in_the_docs() {
-    for s in &SETTINGS {
-        let text = s.doc_text();
-        let left = text
-            .split('{')
-            .skip(1)
-            .find(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
+    #[test]
+    fn no_placeholder_is_left_in_the_docs() {
+        for s in &SETTINGS {
+            let text = s.doc_text();
+            let left = text
+                .split('{')
+                .skip(1)
+                .find(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()));
+            assert!(
+                left.is_none(),
+                "{}: a placeholder left: {{{}",
+                s.name,
+                left.unwrap_or("")
+            );
+        }
+        let entry = SETTINGS
+            .iter()
+            .find(|s| s.name == crate::config::env::DECODED_CACHE_BYTES)
+            .unwrap();
+        let per_entry = format!("{} bytes per entry", mmcache_decode::ENTRY_OVERHEAD_BYTES);
         assert!(
-            left.is_none(),
-            "{}: a placeholder left: {{{}",
-            s.name,
-            left.unwrap_or("")
+            entry.doc_text().contains(&per_entry),
+            "{}",
+            entry.doc_text()
         );
     }
-    let entry = SETTINGS
-        .iter()
-        .find(|s| s.name == crate::env::DECODED_CACHE_BYTES)
-        .unwrap();
-    let per_entry = format!("{} bytes per entry", mmcache_decode::ENTRY_OVERHEAD_BYTES);
-    assert!(
-        entry.doc_text().contains(&per_entry),
-        "{}",
-        entry.doc_text()
-    );
-}
 
-#[test]
-fn every_section_has_a_setting() {
-    for section in Section::ALL {
-        assert!(SETTINGS.iter().any(|s| s.section == section), "{section:?}");
+    #[test]
+    fn every_section_has_a_setting() {
+        for section in Section::ALL {
+            assert!(SETTINGS.iter().any(|s| s.section == section), "{section:?}");
+        }
     }
 }

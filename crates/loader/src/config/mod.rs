@@ -20,7 +20,6 @@ pub use mmcache_shared_cache::{LeaseConfig, SharedCacheConfig};
 use crate::error::ConfigError;
 use crate::hedge::HedgeSettings;
 
-#[cfg(test)]
 mod doc_tables;
 pub mod env;
 mod memory;
@@ -31,6 +30,7 @@ mod tests;
 mod tiers;
 mod validate;
 
+pub use doc_tables::settings_doc_tables;
 pub use memory::MemoryPart;
 pub use settings::{SETTINGS, Section, Setting};
 pub(crate) use tiers::disk_read_memory;

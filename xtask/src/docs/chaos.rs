@@ -1,19 +1,15 @@
-//! `cargo xtask chaos-docs`: docs/chaos.md's results table, generated from the recorded run in
-//! docs/chaos-results.json (what `cargo xtask chaos` writes to `target/chaos/summary.json`),
-//! and its two charts, copied from the same run.
-//!
-//! - `--results DIR`: first record DIR's run (`summary.json`, `hung-node.svg`,
-//!   `new-addresses.svg`); a full run of every scenario, not `--quick`.
-//! - `--note TEXT`: the `recorded` note of that run (date, command, machine, load).
-//! - `--check`: fail when the table is not the recorded run's, a chart is not of that run, or
-//!   the page's own text has a figure no generated block has (the gate runs this).
+//! docs/chaos.md's results table, from the recorded run docs/chaos-results.json (what `cargo
+//! xtask chaos` writes to `target/chaos/summary.json`), the check that its two charts are that
+//! run's and that the page's own results text has no figure the table does not, and `cargo
+//! xtask chaos-docs`, which records a run (its summary and charts) and regenerates the table.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use serde_json::Value;
 
-use crate::bench_docs::{marker, splice, unsourced};
+use super::generated::{Generated, marker, read, recorded_line, splice, unsourced, write};
 
 const PAGE: &str = "docs/chaos.md";
 const RESULTS: &str = "docs/chaos-results.json";
@@ -26,19 +22,22 @@ const CHARTS: [(&str, &str); 2] = [
 /// code does; from here on, every figure is the recorded run's.
 const RESULTS_HEADING: &str = "## Latest full run";
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let (mut check_only, mut results, mut note) = (false, None, None);
-    let mut args = args.iter();
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--check" => check_only = true,
-            "--results" => results = Some(args.next().context("--results needs a folder")?),
-            "--note" => note = Some(args.next().context("--note needs a text")?),
-            other => bail!("unknown argument `{other}` (try --results DIR, --note TEXT, --check)"),
-        }
-    }
-    if let Some(dir) = results {
-        let dir = std::path::Path::new(dir);
+/// `cargo xtask chaos-docs`'s options: the run to record.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// First record DIR's run: a full run of every scenario, not --quick
+    ///
+    /// Its summary.json becomes docs/chaos-results.json, its hung-node.svg and
+    /// new-addresses.svg the page's charts.
+    #[arg(long, value_name = "DIR")]
+    results: Option<PathBuf>,
+    /// The `recorded` note of that run (date, command, machine, load)
+    #[arg(long, value_name = "TEXT")]
+    note: Option<String>,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    if let Some(dir) = &args.results {
         let path = dir.join("summary.json");
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("read {} (a run of `cargo xtask chaos`)", path.display()))?;
@@ -59,7 +58,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             "{}: not every scenario ran ({names:?})",
             path.display()
         );
-        if let Some(n) = note {
+        if let Some(n) = &args.note {
             run["recorded"] = Value::String(n.clone());
         }
         for (scenario, file) in CHARTS {
@@ -68,32 +67,32 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         }
         std::fs::write(RESULTS, serde_json::to_string_pretty(&run)? + "\n")?;
     }
-    if check_only {
-        return check();
-    }
-    let page = std::fs::read_to_string(PAGE)?;
-    std::fs::write(PAGE, generated(&page)?)?;
-    println!("{PAGE}: table regenerated from {RESULTS}");
-    Ok(())
+    write(&[generated()?])
 }
 
-/// Fails when docs/chaos.md or its charts are not the recorded run's.
-pub(crate) fn check() -> anyhow::Result<()> {
-    println!("==> docs/chaos.md and its charts are the recorded run's");
-    let page = std::fs::read_to_string(PAGE)?;
-    ensure!(
-        page == generated(&page)?,
-        "{PAGE}: the table differs from {RESULTS}; run `cargo xtask chaos-docs`"
-    );
+/// docs/chaos.md as the recorded run gives it.
+pub(crate) fn generated() -> anyhow::Result<Generated> {
+    let page = read(PAGE)?;
+    Ok(Generated {
+        path: PAGE,
+        from: RESULTS,
+        text: splice(&page, &marker(RESULTS), &table(&read_run()?)?)?,
+    })
+}
+
+/// Fails when a chart of docs/chaos.md is not of the recorded run, or the page's results text
+/// has a figure the table does not.
+pub(crate) fn check_page() -> anyhow::Result<()> {
     let run = read_run()?;
     for (scenario, file) in CHARTS {
-        let svg = std::fs::read_to_string(file).with_context(|| format!("read {file}"))?;
+        let svg = read(file)?;
         let title = chart_title(&run, scenario)?;
         ensure!(
             svg.contains(&title),
             "{file} is not the chart of the recorded run (its title should be `{title}`)"
         );
     }
+    let page = read(PAGE)?;
     let results = &page[page.find(RESULTS_HEADING).context("no results heading")?..];
     let loose = unsourced(results);
     ensure!(
@@ -105,12 +104,8 @@ pub(crate) fn check() -> anyhow::Result<()> {
 }
 
 fn read_run() -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(RESULTS).with_context(|| format!("read {RESULTS}"))?;
+    let text = read(RESULTS)?;
     serde_json::from_str(&text).with_context(|| format!("parse {RESULTS}"))
-}
-
-fn generated(page: &str) -> anyhow::Result<String> {
-    splice(page, &marker("chaos-docs", RESULTS), &table(&read_run()?)?)
 }
 
 fn scenario<'a>(run: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
@@ -140,10 +135,7 @@ fn chart_title(run: &Value, name: &str) -> anyhow::Result<String> {
 }
 
 fn table(run: &Value) -> anyhow::Result<String> {
-    let mut t = String::new();
-    if let Some(recorded) = run["recorded"].as_str() {
-        writeln!(t, "Recorded run: {recorded}.\n")?;
-    }
+    let mut t = recorded_line(run);
     writeln!(
         t,
         "| scenario | result | loads | failed | shared | origin or inflight | p50 ms | p99 ms | max ms | recovery |"
