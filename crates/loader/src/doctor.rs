@@ -283,6 +283,9 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
     let dir = &tier.config().dir;
     let _ = writeln!(out, "  directory: {}", dir.display());
     describe_dir(dir, out);
+    if tier.config().tier == mmcache_disk_cache::Tier::Host {
+        let _ = writeln!(out, "  memory file system: {}", memory_fs(dir));
+    }
     let (entries, bytes) = held(dir);
     let _ = writeln!(
         out,
@@ -303,6 +306,17 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
             let _ = writeln!(out, "  verdict: {other:?}");
             true
         }
+    }
+}
+
+/// Whether `dir` is on a memory file system, as the host pixel tier wants.
+fn memory_fs(dir: &Path) -> &'static str {
+    /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `statfs(2)`.
+    const MEMORY: [i64; 2] = [0x0102_1994, 0x8584_58f6];
+    match rustix::fs::statfs(dir) {
+        Ok(s) if MEMORY.contains(&(s.f_type as i64)) => "yes",
+        Ok(_) => "no: its entries are written to a disk (use /dev/shm or a tmpfs)",
+        Err(_) => "unknown (the directory is not there yet)",
     }
 }
 
