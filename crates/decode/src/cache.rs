@@ -250,9 +250,8 @@ impl<V: Clone> WeightedCache<V> {
         self.contains(&key).then_some(value)
     }
 
-    /// Replaces the value under `key` with `value` if `replaces` says so of the value held
-    /// there, or inserts it if none is; atomic with [`WeightedCache::insert_if_absent`].
-    /// Whether `value` is held now.
+    /// Replaces the value under `key` with `value` if one is held there and `replaces` says so
+    /// of it; atomic with [`WeightedCache::insert_if_absent`]. Whether `value` is held now.
     pub(crate) fn replace_if(
         &self,
         key: Key,
@@ -263,9 +262,8 @@ impl<V: Clone> WeightedCache<V> {
         let stripe = &self.insert_locks[usize::from(key[0]) % INSERT_LOCKS];
         let _turn = stripe.lock().unwrap_or_else(|p| p.into_inner());
         match self.get(&key) {
-            Some(held) if !replaces(&held) => return false,
-            Some(_) => self.remove(&key),
-            None => {}
+            Some(held) if replaces(&held) => self.remove(&key),
+            _ => return false,
         }
         self.insert(key, value, payload);
         self.contains(&key)

@@ -188,11 +188,11 @@ impl DecodedCache {
         held
     }
 
-    /// Swaps `own`, an image a load decoded into this process's memory, for `mapped`, the same
-    /// image mapped from the host pixel tier once it was written there: `identity` then names
-    /// `mapped`, and `own`'s pixels are freed when the last caller drops them. Only where the
-    /// cache holds `own` itself for that content, or nothing (the load's insert may come
-    /// after): an image inserted since by another load stays. Whether `mapped` is held now.
+    /// Swaps `own`, an image a load decoded into this process's memory and inserted for
+    /// `identity`, for `mapped`, the same image mapped from the host pixel tier once it was
+    /// written there: every identity that named `own` then names `mapped`, and `own`'s pixels
+    /// are freed when the last caller drops them. Only where the cache still holds `own` itself:
+    /// an image evicted, removed or replaced since stays so. Whether `mapped` is held now.
     pub fn adopt_mapped_as(
         &self,
         identity: &CacheIdentity,
@@ -200,21 +200,13 @@ impl DecodedCache {
         own: &Arc<DecodedImage>,
         mapped: Arc<DecodedImage>,
     ) -> bool {
-        let Some(aliases) = &self.aliases else {
-            return false;
-        };
-        if own.content_key() != mapped.content_key() {
+        if self.aliases.is_none() || own.content_key() != mapped.content_key() {
             return false;
         }
         let slot = variant.apply(content_slot(identity, &mapped.content_key()));
         let weight = self.weight(&mapped);
-        let held = self
-            .inner
-            .replace_if(slot, |held| Arc::ptr_eq(held, own), mapped, weight);
-        if held {
-            aliases.insert(variant.apply(identity_key(identity)), slot);
-        }
-        held
+        self.inner
+            .replace_if(slot, |held| Arc::ptr_eq(held, own), mapped, weight)
     }
 
     /// Forgets `identity` and its image (so its memory is freed); other identities of the same

@@ -190,9 +190,11 @@ pub struct DecodedImage {
     /// vLLM's hash of these pixels, computed on first use.
     vllm_hash: OnceLock<[u8; 32]>,
     /// A buffer of this process's own, or a read-only view of a host-tier entry mapped from a
-    /// memory file system (`mapped`), shared with the host's other processes.
+    /// memory file system, shared with the host's other processes.
     pixels: Bytes,
-    mapped: bool,
+    /// The length of the mapped entry the pixels view (header included), 0 when they are this
+    /// process's own.
+    mapped_len: usize,
     mode: Mode,
     opened: Opened,
     orientation: u16,
@@ -308,7 +310,7 @@ impl DecodedImage {
     /// Whether the pixels (and kept bytes) are a read-only mapping of a host-tier entry,
     /// shared with the host's other processes, rather than this process's own memory.
     pub fn is_mapped(&self) -> bool {
-        self.mapped
+        self.mapped_len > 0
     }
 
     /// The mode of [`pixels`](Self::pixels): [`Mode::Rgb`] unless the profile kept the
@@ -399,13 +401,17 @@ impl DecodedImage {
     pub fn private_len(&self) -> usize {
         let meta = |m: &Option<Arc<[u8]>>| m.as_ref().map_or(0, |m| m.len());
         let own = meta(&self.palette) + meta(&self.exif) + meta(&self.xmp);
-        if self.mapped { own } else { own + self.payload_len() }
+        if self.is_mapped() {
+            own
+        } else {
+            own + self.payload_len()
+        }
     }
 
-    /// The bytes of a host-tier mapping this image views (its pixels and kept bytes); 0 for
-    /// an image of this process's own.
+    /// The bytes of the host-tier mapping this image views (the whole entry: header, pixels
+    /// and kept bytes); 0 for an image of this process's own.
     pub fn mapped_len(&self) -> usize {
-        if self.mapped { self.payload_len() } else { 0 }
+        self.mapped_len
     }
 
     fn payload_len(&self) -> usize {
@@ -429,7 +435,7 @@ impl DecodedImage {
             content_key,
             vllm_hash: OnceLock::new(),
             pixels: Bytes::from(pixels),
-            mapped: false,
+            mapped_len: 0,
             mode: Mode::Rgb,
             opened: Opened {
                 mode: Mode::Rgb,
@@ -446,19 +452,20 @@ impl DecodedImage {
         }
     }
 
-    /// This image with the pixels and kept bytes of a host-tier entry (views of its bytes).
+    /// This image with the pixels and kept bytes of a host-tier entry (views of its bytes),
+    /// `mapped_len` the length of the entry mapped (0: read into this process's memory).
     pub(crate) fn with_entry_payload(
         self,
         pixels: Bytes,
         source: Option<Bytes>,
         encoded_len: usize,
-        mapped: bool,
+        mapped_len: usize,
     ) -> Self {
         Self {
             pixels,
             source,
             encoded_len,
-            mapped,
+            mapped_len,
             ..self
         }
     }

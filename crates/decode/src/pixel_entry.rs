@@ -163,9 +163,32 @@ pub fn to_entry(image: &DecodedImage, key: &[u8; 32]) -> Option<Vec<Bytes>> {
     Some(parts)
 }
 
-/// The image an entry holds, checked as the module docs say; its pixels and kept bytes view
-/// `entry` without a copy, and it [`is_mapped`](DecodedImage::is_mapped) when `mapped`.
-/// `layout` is the one the reader's profile asks for.
+/// How [`from_entry`] takes an entry's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EntryRead {
+    /// Mapped from the tier's file, shared with the host's other processes: the image
+    /// [`is_mapped`](DecodedImage::is_mapped) and counts the entry as mapped bytes.
+    Mapped,
+    /// Read into this process's memory: the image's bytes are its own.
+    Copied,
+}
+
+/// Whether [`from_entry`] checks the entry's checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verify {
+    /// Every byte against the checksum: for an entry of unknown history.
+    Checksum,
+    /// Not the checksum (every other check still): for the very file this process just wrote
+    /// from an image it decoded, known by its device and inode, so that the write's read-back
+    /// does not pay a second pass over the pixels.
+    WrittenHere,
+}
+
+/// The image an entry holds, checked as the module docs say (this process's limits before the
+/// checksum, so a refusal costs no pass over the pixels); its pixels and kept bytes view
+/// `entry` without a copy. `layout` is the one the reader's profile asks for.
 ///
 /// # Errors
 ///
@@ -175,24 +198,27 @@ pub fn from_entry(
     key: &[u8; 32],
     layout: PixelLayout,
     limits: &DecodeLimits,
-    mapped: bool,
+    read: EntryRead,
+    verify: Verify,
 ) -> Result<DecodedImage, EntryError> {
     let h = Header::parse(&entry, key)?;
     if h.layout != layout {
         return Err(EntryError::Invalid("another pixel layout"));
-    }
-    let pixels = entry.slice(h.header_len..h.header_len + h.pixels_len);
-    let source = entry.slice(h.header_len + h.pixels_len..);
-    let mut zeroed = entry[..h.header_len].to_vec();
-    zeroed[CHECKSUM_AT..CHECKSUM_AT + 8].fill(0);
-    if checksum(&zeroed, &pixels, &source) != h.checksum {
-        return Err(EntryError::Checksum);
     }
     if u64::from(h.width) * u64::from(h.height) > limits.max_pixels {
         return Err(EntryError::Refused("more pixels than this process's limit"));
     }
     if !limits.formats.contains(h.format) {
         return Err(EntryError::Refused("a format this process does not accept"));
+    }
+    let pixels = entry.slice(h.header_len..h.header_len + h.pixels_len);
+    let source = entry.slice(h.header_len + h.pixels_len..);
+    if verify == Verify::Checksum {
+        let mut zeroed = entry[..h.header_len].to_vec();
+        zeroed[CHECKSUM_AT..CHECKSUM_AT + 8].fill(0);
+        if checksum(&zeroed, &pixels, &source) != h.checksum {
+            return Err(EntryError::Checksum);
+        }
     }
     let meta = |at: usize, len: usize| (len > 0).then(|| Arc::from(&entry[at..at + len]));
     let mut at = FIXED_LEN;
@@ -220,7 +246,13 @@ pub fn from_entry(
         exif,
         xmp,
     });
-    Ok(image.with_entry_payload(pixels, (!source.is_empty()).then_some(source), h.encoded_len, mapped))
+    let mapped_len = if read == EntryRead::Mapped {
+        entry.len()
+    } else {
+        0
+    };
+    let source = (!source.is_empty()).then_some(source);
+    Ok(image.with_entry_payload(pixels, source, h.encoded_len, mapped_len))
 }
 
 /// The fields of a header, checked against the entry's length.
@@ -278,8 +310,10 @@ impl Header {
             transparent: entry[68] != 0,
         };
         let (width, height) = (le32(entry, 56), le32(entry, 60));
-        let expected = u64::from(width) * u64::from(height) * mode.bytes_per_pixel(layout) as u64;
-        if width == 0 || height == 0 || expected != pixels_len {
+        let expected = u64::from(width)
+            .checked_mul(u64::from(height))
+            .and_then(|n| n.checked_mul(mode.bytes_per_pixel(layout) as u64));
+        if width == 0 || height == 0 || expected != Some(pixels_len) {
             return Err(invalid("pixels that do not match the dimensions and mode"));
         }
         let orientation = u16::from_le_bytes([entry[70], entry[71]]);

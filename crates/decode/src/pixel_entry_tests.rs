@@ -40,6 +40,22 @@ fn joined(parts: &[Bytes]) -> Bytes {
 }
 
 const KEY: [u8; 32] = [7; 32];
+const MAPPED: EntryRead = EntryRead::Mapped;
+const CHECK: Verify = Verify::Checksum;
+
+/// `entry` with its checksum made right again: what a writer of a lying header would do.
+fn resum(entry: &mut [u8]) {
+    let header_len = le32(entry, 12) as usize;
+    if entry.len() < CHECKSUM_AT + 8 || header_len > entry.len() || header_len < CHECKSUM_AT + 8 {
+        return;
+    }
+    let mut zeroed = entry[..header_len].to_vec();
+    zeroed[CHECKSUM_AT..CHECKSUM_AT + 8].fill(0);
+    let pixels_len = usize::try_from(le64(entry, 112)).unwrap_or(usize::MAX);
+    let split = header_len.saturating_add(pixels_len).min(entry.len());
+    let sum = checksum(&zeroed, &entry[header_len..split], &entry[split..]);
+    entry[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+}
 
 #[test]
 fn an_entry_gives_back_the_same_image_with_its_pixels_on_a_page_boundary() {
@@ -54,7 +70,8 @@ fn an_entry_gives_back_the_same_image_with_its_pixels_on_a_page_boundary() {
         assert_eq!(parts[0].len() % ENTRY_ALIGN, 0);
         let entry = joined(&parts);
         let limits = DecodeLimits::default();
-        let back = from_entry(entry.clone(), &KEY, profile.layout, &limits, true).expect("read");
+        let back = from_entry(entry.clone(), &KEY, profile.layout, &limits, MAPPED, CHECK)
+            .expect("read");
         assert_eq!(back, image);
         assert!(back.is_mapped());
         assert_eq!(back.mode(), image.mode());
@@ -65,8 +82,12 @@ fn an_entry_gives_back_the_same_image_with_its_pixels_on_a_page_boundary() {
         assert_eq!(back.encoded_len(), image.encoded_len());
         assert_eq!(back.source(), image.source());
         assert_eq!(back.private_len(), back.memory_len() - back.mapped_len());
-        assert_eq!(back.mapped_len(), image.byte_len() + image.source().map_or(0, Bytes::len));
+        assert_eq!(back.mapped_len(), entry.len(), "the whole entry is mapped");
         assert_eq!(image.mapped_len(), 0);
+        let copied = from_entry(entry.clone(), &KEY, profile.layout, &limits, EntryRead::Copied, CHECK)
+            .expect("read");
+        assert!(!copied.is_mapped());
+        assert_eq!(copied.private_len(), image.private_len());
         // The pixels view the entry: no copy.
         let at = back.pixels().as_ptr() as usize - entry.as_ptr() as usize;
         assert_eq!(at, parts[0].len());
@@ -78,7 +99,9 @@ fn a_damaged_truncated_or_foreign_entry_is_refused_never_read() {
     let image = decoded(&rgb_png(40, 30), &DecodeProfile::rgb(PixelLayout::Rgbx));
     let entry = joined(&to_entry(&image, &KEY).expect("entry")).to_vec();
     let limits = DecodeLimits::default();
-    let read = |bytes: Vec<u8>| from_entry(Bytes::from(bytes), &KEY, PixelLayout::Rgbx, &limits, false);
+    let read = |bytes: Vec<u8>| {
+        from_entry(Bytes::from(bytes), &KEY, PixelLayout::Rgbx, &limits, MAPPED, CHECK)
+    };
     assert!(read(entry.clone()).is_ok());
     // One pixel byte changed, anywhere.
     for at in [ENTRY_ALIGN, entry.len() / 2, entry.len() - 1] {
@@ -100,10 +123,10 @@ fn a_damaged_truncated_or_foreign_entry_is_refused_never_read() {
     let mut e = entry.clone();
     e[8] = 2;
     assert_eq!(read(e).unwrap_err(), EntryError::Foreign);
-    let other = from_entry(Bytes::from(entry.clone()), &[8; 32], PixelLayout::Rgbx, &limits, false);
+    let other = from_entry(Bytes::from(entry.clone()), &[8; 32], PixelLayout::Rgbx, &limits, MAPPED, CHECK);
     assert_eq!(other.unwrap_err(), EntryError::WrongKey);
     // Another layout than the reader's profile.
-    let rgb = from_entry(Bytes::from(entry.clone()), &KEY, PixelLayout::Rgb, &limits, false);
+    let rgb = from_entry(Bytes::from(entry.clone()), &KEY, PixelLayout::Rgb, &limits, MAPPED, CHECK);
     assert!(matches!(rgb, Err(EntryError::Invalid(_))));
     // Every failure but the limits' is damage.
     assert!(EntryError::Checksum.is_damaged() && !EntryError::Refused("x").is_damaged());
@@ -114,10 +137,10 @@ fn this_process_limits_apply_to_an_entry_another_process_wrote() {
     let image = decoded(&rgb_png(40, 30), &DecodeProfile::rgb(PixelLayout::Rgb));
     let entry = joined(&to_entry(&image, &KEY).expect("entry"));
     let small = DecodeLimits::with_max_pixels(40 * 30 - 1);
-    let refused = from_entry(entry.clone(), &KEY, PixelLayout::Rgb, &small, false);
+    let refused = from_entry(entry.clone(), &KEY, PixelLayout::Rgb, &small, MAPPED, CHECK);
     assert!(matches!(refused, Err(EntryError::Refused(_))));
     let jpeg_only = DecodeLimits::default().with_formats([ImageFormat::Jpeg].into_iter().collect());
-    let refused = from_entry(entry, &KEY, PixelLayout::Rgb, &jpeg_only, false);
+    let refused = from_entry(entry, &KEY, PixelLayout::Rgb, &jpeg_only, MAPPED, CHECK);
     assert!(matches!(refused, Err(EntryError::Refused(_))));
 }
 
@@ -126,7 +149,9 @@ fn any_bytes_are_an_error_or_an_image_never_a_panic() {
     let image = decoded(&palette_png(), &DecodeProfile::sglang());
     let entry = joined(&to_entry(&image, &KEY).expect("entry")).to_vec();
     let limits = DecodeLimits::default();
-    // A small xorshift: every header byte set to several values, and random cuts.
+    // A small xorshift: header bytes and whole fields (each u32 and u64 of the fixed part, a
+    // pair of them at once: width and height) set to random and extreme values, the checksum
+    // made right again most of the time (a lying writer), and random cuts.
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         x ^= x << 13;
@@ -134,18 +159,61 @@ fn any_bytes_are_an_error_or_an_image_never_a_panic() {
         x ^= x << 17;
         x
     };
-    for round in 0..20_000 {
+    let extreme = [0, 1, u64::from(u32::MAX), u64::MAX, 1 << 31, (1 << 31) + 1];
+    for round in 0..40_000 {
         let mut e = entry.clone();
-        let at = (next() as usize) % FIXED_LEN.max(1);
-        e[at] = next() as u8;
-        if round % 3 == 0 {
+        match round % 4 {
+            0 => {
+                let at = (next() as usize) % FIXED_LEN;
+                e[at] = next() as u8;
+            }
+            1 => {
+                let at = ((next() as usize) % (FIXED_LEN / 4)) * 4;
+                let v = extreme[(next() as usize) % extreme.len()] as u32;
+                e[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            2 => {
+                let v = extreme[(next() as usize) % extreme.len()];
+                let at = [104, 112, 120][(next() as usize) % 3];
+                e[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            _ => {
+                // Width and height both huge, with a 4-byte mode: the pixel count's product.
+                let v = extreme[(next() as usize) % extreme.len()] as u32;
+                e[56..60].copy_from_slice(&v.to_le_bytes());
+                e[60..64].copy_from_slice(&v.to_le_bytes());
+                e[66] = 6;
+            }
+        }
+        if next() % 4 != 0 {
+            resum(&mut e);
+        }
+        if round % 7 == 0 {
             let cut = (next() as usize) % (e.len() + 1);
             e.truncate(cut);
         }
-        if let Ok(back) = from_entry(Bytes::from(e), &KEY, PixelLayout::Rgbx, &limits, false) {
-            assert_eq!(back, image, "a changed entry read as another image");
+        let read = from_entry(Bytes::from(e), &KEY, PixelLayout::Rgbx, &limits, MAPPED, CHECK);
+        if let Ok(back) = read {
+            assert_eq!(back.pixels(), image.pixels(), "a changed entry read as other pixels");
         }
     }
+}
+
+#[test]
+fn the_write_back_of_a_known_file_skips_only_the_checksum() {
+    let image = decoded(&rgb_png(8, 8), &DecodeProfile::rgb(PixelLayout::Rgb));
+    let mut entry = joined(&to_entry(&image, &KEY).expect("entry")).to_vec();
+    let limits = DecodeLimits::default();
+    let last = entry.len() - 1;
+    entry[last] ^= 1;
+    let read = |verify| {
+        from_entry(Bytes::from(entry.clone()), &KEY, PixelLayout::Rgb, &limits, MAPPED, verify)
+    };
+    assert_eq!(read(CHECK).unwrap_err(), EntryError::Checksum);
+    assert!(read(Verify::WrittenHere).is_ok(), "the checksum alone is skipped");
+    let wrong_key = from_entry(Bytes::from(entry.clone()), &[1; 32], PixelLayout::Rgb, &limits,
+        MAPPED, Verify::WrittenHere);
+    assert_eq!(wrong_key.unwrap_err(), EntryError::WrongKey, "the other checks still run");
 }
 
 #[test]

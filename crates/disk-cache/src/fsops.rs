@@ -334,6 +334,35 @@ pub(crate) fn make_read_only(file: &File, owners: &Owners) -> FsResult<()> {
     Ok(fs::fchmod(file, owners.read_only_mode())?)
 }
 
+/// Sets `file`'s access time to now, leaving its modification time (the TTL's) as it is. Best
+/// effort: a file of the group's, not ours, may refuse it.
+pub(crate) fn touch_access(file: &File) {
+    let times = fs::Timestamps {
+        last_access: fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: fs::UTIME_NOW,
+        },
+        last_modification: fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: fs::UTIME_OMIT,
+        },
+    };
+    let _ = fs::futimens(file, &times);
+}
+
+/// When the file `st` describes was last used: its access or its modification time, the
+/// later (a host pixel entry's hits refresh its access time).
+pub(crate) fn used(st: &Stat) -> SystemTime {
+    #[allow(clippy::unnecessary_cast)] // u64 here, u32 on some targets
+    let nanos = Duration::from_nanos(st.st_atime_nsec as u64);
+    let atime = if st.st_atime >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(st.st_atime as u64) + nanos
+    } else {
+        SystemTime::UNIX_EPOCH
+    };
+    atime.max(mtime(st))
+}
+
 /// Whether anyone may write the file `st` describes.
 pub(crate) fn writable(st: &Stat) -> bool {
     st.st_mode & 0o222 != 0

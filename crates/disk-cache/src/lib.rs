@@ -74,6 +74,7 @@ pub use config::{
 };
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};
+pub use mapped::{MAP_MIN_BYTES, MAX_MAPPINGS, MappedEntry};
 pub use named::EntryName;
 pub use read::EntryStamp;
 pub use sweep::SWEEP_INTERVAL;

@@ -24,7 +24,11 @@ macro_rules! family {
                 concat!($What, " reads by outcome"),
             )
             .labels(&[ReadOutcome::LABEL])
-            .note("`no_memory`: an entry not read, no room in the download budget within its wait");
+            .note(
+                "`no_memory`: an entry not read, no room in the download budget within its \
+                 wait; `invalid`: a host pixel entry that failed its checks (removed); \
+                 `refused`: a valid host pixel entry this process's limits refuse",
+            );
             /// Bytes read from hits.
             pub const READ_BYTES: Metric = Metric::new(
                 concat!($prefix, "_read_bytes_total"),
@@ -126,6 +130,8 @@ mmcache_scope::label_values! {
         Expired = "expired",
         Error = "error",
         NoMemory = "no_memory",
+        Invalid = "invalid",
+        Refused = "refused",
     }
 }
 
@@ -218,7 +224,11 @@ impl Handles {
         let s = &self.stats;
         match outcome {
             ReadOutcome::Hit => bump(&s.hits),
-            ReadOutcome::Miss | ReadOutcome::Expired | ReadOutcome::NoMemory => bump(&s.misses),
+            ReadOutcome::Miss
+            | ReadOutcome::Expired
+            | ReadOutcome::NoMemory
+            | ReadOutcome::Invalid
+            | ReadOutcome::Refused => bump(&s.misses),
             ReadOutcome::Error => {
                 bump(&s.errors);
                 bump(&s.misses);

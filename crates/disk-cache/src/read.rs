@@ -17,6 +17,14 @@ use crate::metrics;
 #[derive(Clone)]
 pub struct EntryStamp(pub(crate) rustix::fs::Stat);
 
+impl EntryStamp {
+    /// Whether `other` stamps the same file (device and inode): the file read is the one a
+    /// write put in place.
+    pub fn same_file(&self, other: &EntryStamp) -> bool {
+        fsops::same_file(&self.0, &other.0)
+    }
+}
+
 impl std::fmt::Debug for EntryStamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EntryStamp")
@@ -37,7 +45,8 @@ pub(crate) enum How {
 
 /// What one read found.
 enum Found {
-    Hit(Bytes, EntryStamp),
+    /// The entry's bytes, whether they map its file, and its stamp.
+    Hit(Bytes, bool, EntryStamp),
     /// A valid entry, opened, of this length: its bytes are read once reserved.
     Open(std::fs::File, usize, EntryStamp),
     Miss,
@@ -53,17 +62,29 @@ impl DiskCache {
             .map(|(bytes, _)| bytes)
     }
 
-    /// [`DiskCache::get`] by the entry's hex digest name, with the stamp of the file read.
-    pub(crate) async fn get_digest(&self, digest: String) -> Option<(Bytes, EntryStamp)> {
-        self.get_digest_as(digest, How::Read).await
+    /// Counts a read whose outcome its caller decided: a mapped entry
+    /// ([`DiskCache::get_mapped_named`]) is a hit, or not, once its bytes are checked.
+    pub fn count_read(&self, outcome: metrics::ReadOutcome, bytes: u64) {
+        self.read_outcome(outcome);
+        if outcome == metrics::ReadOutcome::Hit {
+            self.inner.metrics.read_bytes.increment(bytes);
+        }
     }
 
-    /// [`DiskCache::get_digest`], the entry read or mapped.
+    /// [`DiskCache::get`] by the entry's hex digest name, with the stamp of the file read.
+    pub(crate) async fn get_digest(&self, digest: String) -> Option<(Bytes, EntryStamp)> {
+        self.get_digest_as(digest, How::Read)
+            .await
+            .map(|(bytes, stamp, _)| (bytes, stamp))
+    }
+
+    /// [`DiskCache::get_digest`], the entry read or mapped (and whether it was). A mapped hit
+    /// is not counted here: its caller checks it, then counts it ([`DiskCache::count_read`]).
     pub(crate) async fn get_digest_as(
         &self,
         digest: String,
         how: How,
-    ) -> Option<(Bytes, EntryStamp)> {
+    ) -> Option<(Bytes, EntryStamp, bool)> {
         if !self.enabled() {
             // Not a read: no metric, a miss in the stats.
             bump(&self.inner.metrics.stats.misses, 1);
@@ -108,10 +129,11 @@ impl DiskCache {
         };
         match found {
             Found::Open(..) => unreachable!("read above"),
-            Found::Hit(bytes, stamp) => {
-                self.read_outcome(metrics::ReadOutcome::Hit);
-                self.inner.metrics.read_bytes.increment(bytes.len() as u64);
-                Some((bytes, stamp))
+            Found::Hit(bytes, mapped, stamp) => {
+                if how == How::Read {
+                    self.count_read(metrics::ReadOutcome::Hit, bytes.len() as u64);
+                }
+                Some((bytes, stamp, mapped))
             }
             Found::Miss => {
                 self.read_outcome(metrics::ReadOutcome::Miss);
@@ -163,7 +185,15 @@ impl DiskCache {
             if fsops::writable(&st) {
                 return Err(FsError::Skipped(fsops::Skip::Writable));
             }
-            return Ok(Found::Hit(crate::mapped::map(&file)?, EntryStamp(st)));
+            // Used now: the sweep keeps the entries last used (mapped entries' times only).
+            fsops::touch_access(&file);
+            if let Some(bytes) = crate::mapped::map(&file, len as u64)? {
+                return Ok(Found::Hit(bytes, true, EntryStamp(st)));
+            }
+            return self.read_file(&mut file, len).map(|v| match v {
+                None => Found::Miss,
+                Some(v) => Found::Hit(v.into(), false, EntryStamp(st)),
+            });
         }
         let stamp = EntryStamp(st);
         let hold: Option<ReadHold> = match self.inner.read_memory.get() {
@@ -176,8 +206,8 @@ impl DiskCache {
         };
         self.read_file(&mut file, len).map(|v| match (v, hold) {
             (None, _) => Found::Miss,
-            (Some(v), Some(hold)) => Found::Hit(hold(v), stamp),
-            (Some(v), None) => Found::Hit(v.into(), stamp),
+            (Some(v), Some(hold)) => Found::Hit(hold(v), false, stamp),
+            (Some(v), None) => Found::Hit(v.into(), false, stamp),
         })
     }
     fn read_outcome(&self, o: metrics::ReadOutcome) {
@@ -213,7 +243,7 @@ impl DiskCache {
             .run(move || this.read_file(&mut file, len))
             .await
         {
-            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf), stamp)),
+            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf), false, stamp)),
             Ok(Ok(None)) => Some(Found::Miss),
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");

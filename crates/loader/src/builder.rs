@@ -414,9 +414,16 @@ impl LoaderBuilder {
             disk.set_read_memory(wait, now);
             disk
         });
-        let host = config
-            .host_pixels_config()
-            .map(mmcache_disk_cache::DiskCache::new);
+        let host = config.host_pixels_config().map(|c| {
+            let host = mmcache_disk_cache::DiskCache::new(c);
+            if host.status().is_enabled() && !crate::doctor::in_memory(&host.config().dir) {
+                tracing::warn!(
+                    "MMCACHE_HOST_PIXELS_DIR is not on a memory file system: the host's decoded \
+                     pixels are written to a disk (use /dev/shm or a tmpfs)"
+                );
+            }
+            host
+        });
         let mut decoded = DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,

@@ -38,11 +38,13 @@ pub enum Problem {
     DataPathFailed = 15,
     /// The host pixel tier refused its directory.
     HostRefused = 17,
+    /// The host pixel tier's directory is not on a memory file system.
+    HostNotInMemory = 18,
 }
 
 impl Problem {
     /// Every problem, by exit code.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Unreachable,
         Self::SlotsUncovered,
         Self::PureRustJpeg,
@@ -50,6 +52,7 @@ impl Problem {
         Self::Denied,
         Self::DataPathFailed,
         Self::HostRefused,
+        Self::HostNotInMemory,
     ];
 
     /// The process exit code.
@@ -74,6 +77,9 @@ impl Problem {
             Self::DataPathFailed => "a shared-cache data-path command failed otherwise",
             Self::HostRefused => {
                 "host pixel directory refused (the host pixel tier is off: every process decodes)"
+            }
+            Self::HostNotInMemory => {
+                "host pixel directory not on a memory file system (its pixels go to a disk)"
             }
         }
     }
@@ -159,6 +165,9 @@ pub async fn run(loader: &Loader) -> Report {
             let _ = writeln!(out, "\nhost pixel tier:");
             if !tier_dir(host, out) {
                 r.problems.push(Problem::HostRefused);
+            }
+            if !in_memory(&host.config().dir) {
+                r.problems.push(Problem::HostNotInMemory);
             }
         }
     }
@@ -284,7 +293,12 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
     let _ = writeln!(out, "  directory: {}", dir.display());
     describe_dir(dir, out);
     if tier.config().tier == mmcache_disk_cache::Tier::Host {
-        let _ = writeln!(out, "  memory file system: {}", memory_fs(dir));
+        let verdict = if in_memory(dir) {
+            "yes"
+        } else {
+            "no: its entries are written to a disk (use /dev/shm or a tmpfs)"
+        };
+        let _ = writeln!(out, "  memory file system: {verdict}");
     }
     let (entries, bytes) = held(dir);
     let _ = writeln!(
@@ -309,15 +323,12 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
     }
 }
 
-/// Whether `dir` is on a memory file system, as the host pixel tier wants.
-fn memory_fs(dir: &Path) -> &'static str {
+/// Whether `dir` is on a memory file system (tmpfs, ramfs), as the host pixel tier wants.
+pub(crate) fn in_memory(dir: &Path) -> bool {
     /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `statfs(2)`.
     const MEMORY: [i64; 2] = [0x0102_1994, 0x8584_58f6];
-    match rustix::fs::statfs(dir) {
-        Ok(s) if MEMORY.contains(&(s.f_type as i64)) => "yes",
-        Ok(_) => "no: its entries are written to a disk (use /dev/shm or a tmpfs)",
-        Err(_) => "unknown (the directory is not there yet)",
-    }
+    #[allow(clippy::unnecessary_cast)] // i64 here, other widths on other targets
+    rustix::fs::statfs(dir).is_ok_and(|s| MEMORY.contains(&(s.f_type as i64)))
 }
 
 /// The entries of a tier's directory (`v1/<aa>/<digest>`) and their bytes, by name only (a

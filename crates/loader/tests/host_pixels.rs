@@ -59,7 +59,8 @@ async fn settle(loader: &Loader) {
 async fn a_second_loader_maps_what_the_first_decoded_and_the_first_drops_its_copy() {
     let dir = scratch("second");
     let origin = TestOrigin::start();
-    origin.set("/a.png", Route::ok(images::png(96, 64, 1)));
+    // Over 64 KiB of pixels: entries that small are read, not mapped.
+    origin.set("/a.png", Route::ok(images::png(200, 150, 1)));
     let url = origin.url("/a.png");
     let first = builder(&dir.0).build().unwrap();
     let loaded = first.load_detailed(&url, None).await.unwrap();
@@ -96,20 +97,29 @@ async fn a_second_loader_maps_what_the_first_decoded_and_the_first_drops_its_cop
 async fn a_mapping_outlives_its_entry_evicted_replaced_or_its_directory_removed() {
     let dir = scratch("outlives");
     let origin = TestOrigin::start();
-    origin.set("/a.png", Route::ok(images::png(64, 64, 2)));
+    origin.set("/a.png", Route::ok(images::png(200, 150, 2)));
     let url = origin.url("/a.png");
     let writer = builder(&dir.0).build().unwrap();
     let want = writer.load(&url, None).await.unwrap().pixels().to_vec();
     settle(&writer).await;
-    let reader = builder(&dir.0).build().unwrap();
+    // A reader whose budget is a byte: its sweep evicts every entry.
+    let reader = builder(&dir.0).host_pixels_max_bytes(1).build().unwrap();
     let held = reader.load_detailed(&url, None).await.unwrap();
     assert_eq!(held.source, Source::Host);
-    // Evicted by a sweep (a budget of one byte), then the directory removed altogether.
+    assert!(held.image.is_mapped());
     let tier = reader.host_pixels().unwrap().clone();
-    let tier_for_sweep = tier.clone();
-    tokio::task::spawn_blocking(move || tier_for_sweep.sweep_now())
+    let left = tokio::task::spawn_blocking(move || tier.sweep_now())
         .await
         .unwrap();
+    assert_eq!((left, entries(&dir.0)), (0, 0), "evicted");
+    assert_eq!(held.image.pixels(), &want[..], "the mapping outlives its eviction");
+    // Written again by the next load, then replaced under the mapping, then the directory
+    // removed altogether.
+    let again = builder(&dir.0).build().unwrap();
+    assert_eq!(again.load_detailed(&url, None).await.unwrap().source, Source::Origin);
+    settle(&again).await;
+    let other = builder(&dir.0).build().unwrap();
+    assert_eq!(other.load_detailed(&url, None).await.unwrap().source, Source::Host);
     std::fs::remove_dir_all(&dir.0).unwrap();
     assert_eq!(held.image.pixels(), &want[..], "the mapping is intact");
     // The next load in a third process-like loader misses, decodes and writes the entry again.
@@ -126,6 +136,7 @@ async fn profiles_and_scopes_never_alias_and_a_loaders_limits_hold_for_what_it_m
     let origin = TestOrigin::start();
     origin.set("/a.png", Route::ok(images::png(40, 30, 3)));
     let url = origin.url("/a.png");
+    // Entries this small (under 64 KiB) are read into memory, not mapped: the same checks.
     let profiles = [
         DecodeProfile::rgb(mmcache_loader::PixelLayout::Rgb),
         DecodeProfile::rgb(mmcache_loader::PixelLayout::Rgbx),
@@ -143,6 +154,7 @@ async fn profiles_and_scopes_never_alias_and_a_loaders_limits_hold_for_what_it_m
     for (p, want) in profiles.iter().zip(&want) {
         let got = reader.load_as(&url, None, p).await.unwrap();
         assert_eq!(got.source, Source::Host, "{p:?}");
+        assert!(!got.image.is_mapped(), "read, not mapped: {p:?}");
         assert_eq!(*got.image, **want, "{p:?}");
         assert_eq!(got.image.source(), want.source(), "kept bytes of {p:?}");
     }
@@ -159,7 +171,10 @@ async fn profiles_and_scopes_never_alias_and_a_loaders_limits_hold_for_what_it_m
     assert_eq!(r.load_detailed(&url, b.as_ref()).await.unwrap().source, Source::Origin);
     // A loader with a smaller pixel limit refuses the entry another wrote, as it refuses the
     // image: the entry stays for the others.
-    let small = builder(&dir.0).max_pixels(40 * 30 - 1).build().unwrap();
+    let small = builder(&dir.0)
+        .max_pixels(40 * 30 - 1)
+        .build()
+        .unwrap();
     let refused = small.load(&url, None).await.unwrap_err();
     assert_eq!(refused.http_status(), 413);
     assert_eq!(reader.load_detailed(&url, None).await.unwrap().source, Source::Memory);
@@ -173,7 +188,7 @@ async fn mapped_images_are_charged_their_share_of_the_tier_not_their_bytes() {
     let origin = TestOrigin::start();
     let urls: Vec<String> = (0..4)
         .map(|i| {
-            origin.set(&format!("/{i}.png"), Route::ok(images::png(128, 128, i)));
+            origin.set(&format!("/{i}.png"), Route::ok(images::png(200, 150, i)));
             origin.url(&format!("/{i}.png"))
         })
         .collect();
@@ -194,6 +209,7 @@ async fn mapped_images_are_charged_their_share_of_the_tier_not_their_bytes() {
         assert_eq!(l.source, Source::Host);
         mapped += l.image.mapped_len() as u64;
     }
+    assert_eq!(mapped, 4 * (4096 + 200 * 150 * 3), "the whole entries are mapped");
     let held = reader.decoded_cache().stats().bytes;
     let overhead = 4 * mmcache_decode::ENTRY_OVERHEAD_BYTES;
     assert!(

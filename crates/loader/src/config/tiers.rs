@@ -53,6 +53,20 @@ impl Config {
             .saturating_mul(mmcache_decode::PixelLayout::MAX_BYTES_PER_PIXEL as u64)
             .saturating_add(self.max_file_size_bytes)
             .saturating_add(1 << 20);
+        // The host pixel tier's budget within its file system (a container's /dev/shm is often
+        // 64 MiB): beyond it, writes would fail before any sweep frees room.
+        if self.host_enabled()
+            && let Some(size) = file_system_size(&self.host.dir)
+            && self.host.max_bytes > size / 10 * 9
+        {
+            tracing::warn!(
+                budget = self.host.max_bytes,
+                file_system = size,
+                "MMCACHE_HOST_PIXELS_MAX_BYTES is over 90 % of its file system's size; the \
+                 host pixel tier keeps to 90 % of it"
+            );
+            self.host.max_bytes = (size / 10 * 9).max(1);
+        }
     }
 
     /// The shared cache's configuration; `None` when it is off.
@@ -69,6 +83,14 @@ impl Config {
     pub(crate) fn host_pixels_config(&self) -> Option<DiskCacheConfig> {
         self.host_enabled().then(|| self.host.clone())
     }
+}
+
+/// The size of the file system `dir` is on (or would be made on: its nearest existing folder).
+fn file_system_size(dir: &std::path::Path) -> Option<u64> {
+    let s = dir
+        .ancestors()
+        .find_map(|d| rustix::fs::statvfs(d).ok())?;
+    Some(s.f_blocks.saturating_mul(s.f_frsize))
 }
 
 /// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]):

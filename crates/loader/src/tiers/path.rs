@@ -45,10 +45,19 @@ impl Tiers {
             return Ok(Loaded::decoded(image.clone(), Source::Host, image.encoded_len()));
         }
         let outcome = self.fill_bytes(identity, url, want).await;
-        if let Ok(loaded) = &outcome {
-            host.publish(identity, want, loaded.image.clone(), lock);
+        match &outcome {
+            Ok(loaded) => {
+                // In the decoded cache first (the load's own insert then finds it there), so
+                // that the write's swap for the mapping finds it too.
+                let image = self.memory.insert(identity, want.variant, loaded.image.clone());
+                host.publish(identity, want, image.clone(), lock);
+                Ok(Loaded { image, ..loaded.clone() })
+            }
+            Err(_) => {
+                host.not_written(identity, want);
+                outcome
+            }
         }
-        outcome
     }
 
     /// The tiers of encoded bytes, the origin, the decode and the write-back.
