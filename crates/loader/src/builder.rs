@@ -10,10 +10,9 @@ use mmcache_origin::Origin;
 use mmcache_shared_cache::SharedCache;
 
 use crate::budget::DecodeBudget;
-use crate::config::{Config, LeaseConfig};
-use crate::error::ConfigError;
+use crate::config::{Config, ConfigError, HedgeSettings, LeaseConfig};
 use crate::handle::Loader;
-use crate::hedge::{Hedge, HedgeSettings};
+use crate::hedge::Hedge;
 use crate::metrics;
 use crate::tiers::{DecodeStep, DiskStep, MemoryStep, OriginStep, SharedStep, Tiers};
 

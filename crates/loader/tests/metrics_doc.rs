@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use mmcache_scope::metric::{Kind, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 const BEGIN: &str = "<!-- metrics table: generated from mmcache_loader::metrics::ALL by \
                      crates/loader/tests/metrics_doc.rs; do not edit -->";
@@ -36,7 +36,7 @@ fn labels(m: &Metric) -> String {
     if m.labels.is_empty() {
         return "—".to_owned();
     }
-    let one = |l: &mmcache_scope::metric::Label| {
+    let one = |l: &mmcache_metrics::metric::Label| {
         if l.values.is_empty() {
             format!("`{}`", l.name)
         } else {

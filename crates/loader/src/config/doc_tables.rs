@@ -98,7 +98,7 @@ fn no_placeholder_is_left_in_the_docs() {
     }
     let entry = SETTINGS
         .iter()
-        .find(|s| s.name == crate::env::DECODED_CACHE_BYTES)
+        .find(|s| s.name == super::env::DECODED_CACHE_BYTES)
         .unwrap();
     let per_entry = format!("{} bytes per entry", mmcache_decode::ENTRY_OVERHEAD_BYTES);
     assert!(

@@ -2,7 +2,7 @@
 //! rule, Python keyword and reader, in [`crate::SETTINGS`]'s declarations, and re-exported here;
 //! [`ALL`] is derived from them. This module reads the declarations; they never read it.
 
-use crate::error::ConfigError;
+use super::error::ConfigError;
 
 pub use super::settings::disk::*;
 pub use super::settings::dynamo::*;

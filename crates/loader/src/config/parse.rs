@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
+use super::error::ConfigError;
 
 pub(super) fn parse_flag(name: &'static str, v: &str) -> Result<bool, ConfigError> {
     match v.trim() {

@@ -7,7 +7,7 @@
 //! spanning crates, in `validate.rs`.
 
 use super::Config;
-use crate::error::ConfigError;
+use super::error::ConfigError;
 
 pub(super) mod disk;
 pub(super) mod dynamo;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use mmcache_disk_cache::Field as disk;
 
 use super::{CheckedBy, Section, Setting};
+use crate::config::error::ConfigError;
 use crate::config::parse::{parse_millis, parse_positive_int};
-use crate::error::ConfigError;
 
 /// Directory of the host's disk tier; setting it turns the tier on.
 pub const DISK_CACHE_DIR: &str = "MMCACHE_DISK_CACHE_DIR";

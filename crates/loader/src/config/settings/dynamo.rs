@@ -8,8 +8,8 @@ use std::time::Duration;
 use mmcache_shared_cache::Field as shared;
 
 use super::{CheckedBy, Section, Setting, saturating_usize};
+use crate::config::error::ConfigError;
 use crate::config::parse::{parse_flag, parse_int, parse_positive_int, parse_secs};
-use crate::error::ConfigError;
 
 /// `0` or `1`: use the shared cache.
 pub const SHARED_ENABLED: &str = "DYN_MM_SHARED_IMAGE_CACHE_ENABLED";

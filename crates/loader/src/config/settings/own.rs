@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use mmcache_shared_cache::Field as shared;
 
 use super::{CheckedBy, Section, Setting, saturating_usize};
+use crate::config::error::ConfigError;
 use crate::config::parse::{parse_flag, parse_int, parse_positive_int, parse_secs};
-use crate::error::ConfigError;
 
 /// Byte budget of the decoded-image cache.
 pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";
