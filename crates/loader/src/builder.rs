@@ -10,7 +10,7 @@ use mmcache_origin::Origin;
 use mmcache_shared_cache::SharedCache;
 
 use crate::budget::DecodeBudget;
-use crate::config::{Config, ConfigError, HedgeSettings, LeaseConfig};
+use crate::config::{Config, ConfigError, HedgeSettings, LeaseConfig, Setting};
 use crate::handle::Loader;
 use crate::hedge::Hedge;
 use crate::metrics;
@@ -44,6 +44,31 @@ impl LoaderBuilder {
     /// The configuration so far.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Sets the setting named `name`, by its variable or by its Python keyword (see
+    /// [`crate::SETTINGS`]), from `text` read as the environment's text is read (a keyword
+    /// whose value differs, such as `max_file_size_bytes` in bytes where the variable counts
+    /// MiB, reads its own). A blank text unsets a setting that may be unset
+    /// (`MMCACHE_LOAD_TIMEOUT_SECS`, say) and empties a path; bounds and the rules spanning
+    /// settings are checked by [`LoaderBuilder::build`], as for the other setters.
+    ///
+    /// ```
+    /// let builder = mmcache_loader::Loader::builder()
+    ///     .with_setting("MMCACHE_DISK_CACHE_DIR", "/var/cache/mmcache")?
+    ///     .with_setting("decoded_cache_bytes", "1048576")?;
+    /// assert_eq!(builder.config().decoded_cache_bytes, 1 << 20);
+    /// # Ok::<(), mmcache_loader::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the setting as given, and the text, when no setting has that
+    /// name or its reader refuses the text.
+    pub fn with_setting(mut self, name: &str, text: &str) -> Result<Self, ConfigError> {
+        let setting = Setting::named(name).ok_or_else(|| ConfigError::unknown(name))?;
+        setting.read_as(name, &mut self.config, text)?;
+        Ok(self)
     }
 
     /// Turns the shared cache on or off.

@@ -107,7 +107,9 @@ pub use crate::config::{
     DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
     MemoryPart, SharedCacheConfig, env,
 };
-pub use crate::config::{ConfigError, HedgeSettings, SETTINGS, Section, Setting};
+pub use crate::config::{
+    ConfigError, HedgeSettings, PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable,
+};
 pub use crate::error::{DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::handle::Loader;
 pub use crate::hedge::HedgeStats;

@@ -1,7 +1,7 @@
 //! docs/configuration.md's tables of settings are generated from [`SETTINGS`]: this test
 //! regenerates them and fails on any difference (`MMCACHE_BLESS=1` writes them instead).
 
-use super::settings::{SETTINGS, Section};
+use super::settings::{PROCESS_VARIABLES, SETTINGS, Section};
 
 const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
 const END: &str = "<!-- end of generated table -->";
@@ -18,11 +18,25 @@ fn cell(text: &str) -> String {
     text.to_owned()
 }
 
+const VARIABLE_HEAD: &str = "| variable | default | rule |\n|---|---|---|\n";
+
+fn variable_row(name: &str, default: &str, rule: &str, doc: &str) -> String {
+    let rule = cell(&format!("{rule}{doc}"));
+    format!("| `{name}` | {} | {rule} |\n", cell(default))
+}
+
 fn section_table(section: Section) -> String {
-    let mut out = String::from("| variable | default | rule |\n|---|---|---|\n");
+    let mut out = String::from(VARIABLE_HEAD);
     for s in SETTINGS.iter().filter(|s| s.section == section) {
-        let rule = cell(&format!("{}{}", s.rule, s.doc_text()));
-        out += &format!("| `{}` | {} | {rule} |\n", s.name, cell(s.default));
+        out += &variable_row(s.name, s.default, s.rule, &s.doc_text());
+    }
+    out
+}
+
+fn process_table() -> String {
+    let mut out = String::from(VARIABLE_HEAD);
+    for v in &PROCESS_VARIABLES {
+        out += &variable_row(v.name, v.default, v.rule, v.doc);
     }
     out
 }
@@ -54,6 +68,7 @@ fn generated(doc: &str) -> String {
     for section in Section::ALL {
         doc = replace_table(&doc, section.marker(), &section_table(section));
     }
+    doc = replace_table(&doc, "process", &process_table());
     replace_table(&doc, "python-keywords", &keyword_table())
 }
 

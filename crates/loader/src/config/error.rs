@@ -16,6 +16,10 @@ pub enum ConfigError {
         /// The rule.
         expected: &'static str,
     },
+    /// No setting has this name, as a variable or as a keyword
+    /// ([`LoaderBuilder::with_setting`](crate::LoaderBuilder::with_setting)).
+    #[error("no setting is named {0:?}")]
+    Unknown(String),
     /// The shared cache is enabled but has no URL.
     #[error("DYN_MM_SHARED_IMAGE_CACHE_URL is required when DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1")]
     MissingCacheUrl,
@@ -42,11 +46,43 @@ pub enum ConfigError {
 
 impl ConfigError {
     pub(crate) fn invalid(name: &'static str, value: &str, expected: &'static str) -> Self {
-        let value: String = value.chars().take(64).collect();
         Self::Invalid {
             name,
-            value,
+            value: truncated(value),
             expected,
+        }
+    }
+
+    pub(crate) fn unknown(name: &str) -> Self {
+        Self::Unknown(truncated(name))
+    }
+}
+
+/// At most 64 characters of a value, for messages.
+fn truncated(value: &str) -> String {
+    value.chars().take(64).collect()
+}
+
+/// Why a setting's reader refused a text. The reader knows neither the name it was given
+/// under (its variable or its keyword) nor the whole text: [`Refusal::naming`] adds both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The text is outside the rule, which says what was expected.
+    Expected(&'static str),
+    /// The text names a file that could not be read, for this reason.
+    Unreadable(String),
+}
+
+impl Refusal {
+    /// The error naming the setting as `name`, echoing `text`.
+    pub(crate) fn naming(self, name: &'static str, text: &str) -> ConfigError {
+        match self {
+            Self::Expected(expected) => ConfigError::invalid(name, text, expected),
+            Self::Unreadable(reason) => ConfigError::File {
+                name,
+                path: text.to_owned(),
+                reason,
+            },
         }
     }
 }

@@ -26,12 +26,14 @@ mod parse;
 mod settings;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_by_name;
 mod tiers;
 mod validate;
 
 pub use error::ConfigError;
 pub use memory::MemoryPart;
-pub use settings::{SETTINGS, Section, Setting};
+pub use settings::{PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable};
 pub(crate) use tiers::disk_read_memory;
 pub(crate) use validate::Given;
 
@@ -208,7 +210,7 @@ impl Config {
         let mut given = Given::default();
         for setting in &SETTINGS {
             if let Some(v) = lookup(setting.name).filter(|v| !v.trim().is_empty()) {
-                (setting.read)(&mut c, &v)?;
+                setting.read_as(setting.name, &mut c, &v)?;
                 given.0.push((setting.name, v));
             }
         }

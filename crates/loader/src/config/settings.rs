@@ -1,17 +1,19 @@
 //! The one declaration of every setting: its variable, its table, default, rule and
 //! documentation (docs/configuration.md's tables are generated from them, `doc_tables.rs`),
-//! its `mmcache.Loader` keyword (a Python test holds the bindings to them), how its text is
-//! read and whose rule checks it. This file holds the shape of a declaration and the order;
+//! its `mmcache.Loader` keyword, how its text is read (the environment's, the builder's
+//! [`LoaderBuilder::with_setting`](crate::LoaderBuilder::with_setting) and Python's keywords
+//! alike) and whose rule checks it. This file holds the shape of a declaration and the order;
 //! the declarations themselves are in one file per table of docs/configuration.md. A tier
 //! crate's field is checked by that crate's own `validate`; the loader's fields and the rules
 //! spanning crates, in `validate.rs`.
 
 use super::Config;
-use super::error::ConfigError;
+use super::error::{ConfigError, Refusal};
 
 pub(super) mod disk;
 pub(super) mod dynamo;
 pub(super) mod own;
+pub(super) mod process;
 pub(super) mod shared_cache;
 
 /// One setting of [`Config`].
@@ -30,14 +32,35 @@ pub struct Setting {
     /// written: a fact another crate owns appears as a placeholder that
     /// [`Setting::doc_text`] fills in from its constant.
     pub doc: &'static str,
-    /// The keyword argument of `mmcache.Loader(...)` that sets the same thing.
+    /// The keyword argument of `mmcache.Loader(...)` that sets the same thing, and the other
+    /// name [`LoaderBuilder::with_setting`](crate::LoaderBuilder::with_setting) knows it by.
     pub python: &'static str,
     /// What that keyword takes, as docs/configuration.md states it.
     pub python_value: &'static str,
-    /// Reads the variable's (non-blank) text into the configuration; bounds come later.
-    pub(super) read: fn(&mut Config, &str) -> Result<(), ConfigError>,
+    /// How its text is read into the configuration; bounds come later.
+    pub(super) read: Read,
     /// Whose rule checks the value read.
     pub(super) checked_by: CheckedBy,
+}
+
+/// Reads a setting's text into the configuration. The environment never hands it a blank text
+/// (a blank variable is unset); [`LoaderBuilder::with_setting`](crate::LoaderBuilder::with_setting)
+/// may, to unset a setting.
+pub(super) type Reader = fn(&mut Config, &str) -> Result<(), Refusal>;
+
+/// How a setting's text is read, by its variable's name and by its keyword.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Read {
+    /// Both names take the same text, read by the same reader.
+    Same(Reader),
+    /// The keyword takes a text of its own (bytes where the variable counts MiB, the PEM
+    /// itself where the variable names its file), read by its own reader.
+    Apart {
+        /// The variable's reader.
+        variable: Reader,
+        /// The keyword's reader.
+        keyword: Reader,
+    },
 }
 
 /// Placeholders of [`Setting::doc`] and the constants they stand for, so a number is written
@@ -56,7 +79,47 @@ impl Setting {
                 doc.replace(name, &value.to_string())
             })
     }
+
+    /// The setting whose variable or keyword is `name`.
+    pub fn named(name: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|s| s.name == name || s.python == name)
+    }
+
+    /// Reads `text` into `config` as the name it was given under (its variable or its keyword)
+    /// takes it; a refusal names the setting by that name.
+    pub(crate) fn read_as(
+        &self,
+        name: &str,
+        config: &mut Config,
+        text: &str,
+    ) -> Result<(), ConfigError> {
+        let by_keyword = name == self.python;
+        let read = match self.read {
+            Read::Apart { keyword, .. } if by_keyword => keyword,
+            Read::Same(read) | Read::Apart { variable: read, .. } => read,
+        };
+        let name = if by_keyword { self.python } else { self.name };
+        read(config, text).map_err(|refusal| refusal.naming(name, text))
+    }
 }
+
+/// A variable read outside a loader's configuration (by the `mmcache` command, the Python
+/// runtime or a Python module, as its documentation says), listed with the settings so that
+/// every variable the package reads is declared once. [`Config`] never reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// The variable (one of [`crate::env`]).
+    pub name: &'static str,
+    /// Its default, as docs/configuration.md states it.
+    pub default: &'static str,
+    /// The start of its rule in docs/configuration.md.
+    pub rule: &'static str,
+    /// What follows the rule: what it does, and who reads it.
+    pub doc: &'static str,
+}
+
+/// Every variable read outside a loader's configuration.
+pub const PROCESS_VARIABLES: [Variable; 3] = process::VARIABLES;
 
 /// Whose rule checks a setting: a tier crate's `validate`, by the field it sets (its refusal
 /// is shown under this setting's variable), or the loader's (`validate.rs`).
@@ -146,7 +209,7 @@ pub const SETTINGS: [Setting; COUNT] = {
     out
 };
 
-/// The variable names of [`SETTINGS`], in order (what [`crate::env::ALL`] is).
+/// The variable names of [`SETTINGS`], in order (what [`super::env::ALL`] is).
 pub(super) const fn names() -> [&'static str; COUNT] {
     let mut out = [""; COUNT];
     let mut i = 0;
