@@ -26,8 +26,6 @@ mod parse;
 mod settings;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_by_name;
 mod tiers;
 mod validate;
 

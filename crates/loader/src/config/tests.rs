@@ -3,7 +3,7 @@
 use super::*;
 use std::collections::HashMap;
 
-pub(super) fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let map: HashMap<String, String> = pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -12,7 +12,7 @@ pub(super) fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
 }
 
 /// Configurations compared by what Debug shows (`Config` holds hooks, so it is not `PartialEq`).
-pub(super) fn assert_same(a: &Config, b: &Config) {
+fn assert_same(a: &Config, b: &Config) {
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
 
