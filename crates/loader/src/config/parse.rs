@@ -62,3 +62,8 @@ pub(super) fn optional<T>(
     }
     parse(v).map(Some)
 }
+
+/// A count in a `usize` field: one larger than the field holds counts as the largest it holds.
+pub(super) fn saturating_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use mmcache_disk_cache::Field as disk;
 
-use super::{CheckedBy, Read, Section, Setting};
+use super::shape::{CheckedBy, Read, Section, Setting};
 use crate::config::error::Refusal;
 use crate::config::parse::{parse_millis, parse_positive_int, parse_secs, parse_whole_secs};
 

@@ -5,10 +5,11 @@
 
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Read, Section, Setting, saturating_usize};
+use super::shape::{CheckedBy, Read, Section, Setting};
 use crate::config::error::Refusal;
 use crate::config::parse::{
     optional, parse_flag, parse_int, parse_positive_int, parse_secs, parse_whole_secs,
+    saturating_usize,
 };
 
 /// `0` or `1`: use the shared cache.

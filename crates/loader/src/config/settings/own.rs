@@ -7,9 +7,11 @@ use std::path::PathBuf;
 
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Read, Section, Setting, saturating_usize};
+use super::shape::{CheckedBy, Read, Section, Setting};
 use crate::config::error::Refusal;
-use crate::config::parse::{optional, parse_flag, parse_int, parse_positive_int, parse_secs};
+use crate::config::parse::{
+    optional, parse_flag, parse_int, parse_positive_int, parse_secs, saturating_usize,
+};
 
 /// Byte budget of the decoded-image cache.
 pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";

@@ -5,7 +5,7 @@
 //! Each variable's name is declared in this file with its [`Variable`]; [`crate::env`]
 //! re-exports it.
 
-use super::Variable;
+use super::shape::Variable;
 
 /// Level of the log lines that the `mmcache` command and the Python package write on stderr;
 /// read by them through [`crate::env::log_level`], not by a `Config`.

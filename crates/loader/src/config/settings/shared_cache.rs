@@ -5,8 +5,8 @@
 
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Read, Section, Setting, saturating_usize};
-use crate::config::parse::{parse_flag, parse_millis, parse_positive_int};
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::parse::{parse_flag, parse_millis, parse_positive_int, saturating_usize};
 
 /// `0` or `1`: per-node circuit breakers on the shared cache.
 pub const SHARED_BREAKER: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER";
