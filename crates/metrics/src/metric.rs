@@ -114,7 +114,7 @@ impl Metric {
 /// a proc-macro dependency (`strum_macros`, `syn`) in the crate every other crate builds on.
 ///
 /// ```
-/// mmcache_scope::label_values! {
+/// mmcache_metrics::label_values! {
 ///     /// How an operation ended.
 ///     pub enum Outcome: "outcome" { Ok = "ok", Error = "error" }
 /// }

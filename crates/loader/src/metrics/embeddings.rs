@@ -4,7 +4,7 @@
 use ::metrics::{Counter, Histogram};
 use mmcache_decode::WireErrorKind;
 use mmcache_decode::metrics::MemoryTier;
-use mmcache_scope::metric::{Kind, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 use crate::metric_labels::PerLabel;
 
@@ -182,17 +182,17 @@ pub const COMPUTE_DURATION_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `tier` label of hits and misses.
     pub enum Tier: "tier" { Memory = "memory", Disk = "disk", Shared = "shared" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `tier` label of the fleet tiers' metrics.
     pub enum FleetTier: "tier" { Disk = "disk", Shared = "shared" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`COMPUTES`] and [`COMPUTE_DURATION`].
     pub enum ComputeOutcome: "outcome" {
         Ok = "ok",
@@ -203,7 +203,7 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`DELETED`]: why a value read from a tier is bad for every
     /// reader (`foreign`: not ours at all).
     pub enum DeleteReason: "reason" {
@@ -229,12 +229,12 @@ impl DeleteReason {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`KEPT`].
     pub enum KeptReason: "reason" { Oversized = "oversized", Version = "version" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`WRITES_DROPPED`].
     pub enum DropReason: "reason" {
         QueueFull = "queue_full",
@@ -245,7 +245,7 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`FLEET_NOT_STORED`]: why a computed value was not written.
     pub enum NotStoredReason: "reason" { Oversized = "oversized", Unencodable = "unencodable" }
 }
@@ -264,12 +264,12 @@ impl NotStoredReason {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`LEASES`].
     pub enum LeaseOutcome: "outcome" { Won = "won", Held = "held", Unavailable = "unavailable" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`LEASE_WAITS`].
     pub enum LeaseWait: "outcome" {
         Hit = "hit",
