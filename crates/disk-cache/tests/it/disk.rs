@@ -5,8 +5,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig, Fill};
 
-mod common;
-use common::{Dir, id};
+use crate::common::{Dir, id};
 
 fn dir_bytes(root: &std::path::Path) -> u64 {
     let mut total = 0;

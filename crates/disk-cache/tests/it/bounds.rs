@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mmcache_disk_cache::{BREAKER_FAILURES, DiskCache, DiskCacheConfig, Stall};
 
-mod common;
-use common::{Dir, id};
+use crate::common::{Dir, id};
 
 /// A stall that parks each read until released (at most 20 s), counting the reads it parked.
 struct Stalled {

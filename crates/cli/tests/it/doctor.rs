@@ -1,12 +1,10 @@
 //! `mmcache doctor` against real processes: each problem that makes loads slower or pixels
 //! different has its own exit code (documented in `mmcache doctor --help`).
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use common::{mmcache, scratch, text};
+use crate::common::{mmcache, scratch, text};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
 const UNREACHABLE: i32 = 10;

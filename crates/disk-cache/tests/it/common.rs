@@ -1,6 +1,4 @@
 //! What the disk-cache tests share: a scratch directory and test identities.
-// Each test file uses what it needs of this module.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 

@@ -13,7 +13,6 @@ use mmcache_test_support::forward::Forwarder;
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
 // The denial tests run wherever this file does (on Valkey too, in the gate).
-#[path = "cluster/denied.rs"]
 mod denied;
 
 fn cache(url: String) -> SharedCache {

@@ -16,8 +16,7 @@ use bytes::Bytes;
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig, entry_path};
 use mmcache_test_support::manifest;
 
-mod common;
-use common::{Dir, id};
+use crate::common::{Dir, id};
 
 /// `dir;group;actions` for the child: what the pod runs.
 const CHILD: &str = "MMCACHE_TEST_K8S_POD";
@@ -72,7 +71,7 @@ fn pod() {
 fn run_pod(dir: &Path, (uid, gid, group): (u32, u32, u32), actions: &str) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        "pod",
+        "kubernetes::pod",
         "--exact",
         "--ignored",
         "--nocapture",

@@ -13,8 +13,7 @@ use mmcache_loader::embeddings::{
 use mmcache_loader::{Loader, LoaderBuilder, Scope};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
-mod fleet_common;
-use fleet_common::{MODEL, big, get, scratch, settled, small};
+use crate::fleet_common::{MODEL, big, get, scratch, settled, small};
 
 fn cluster() -> RedisCluster {
     RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster")

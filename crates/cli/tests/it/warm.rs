@@ -1,12 +1,10 @@
 //! `mmcache warm` against a real Redis Cluster, a real disk directory and a real origin: when
 //! it exits, every entry it loaded is in both tiers (it waited for the writes).
 
-mod common;
-
 use std::io::Write;
 use std::process::Stdio;
 
-use common::{mmcache, scratch, text};
+use crate::common::{mmcache, scratch, text};
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::entry_key;

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use mmcache_scope::{CacheIdentity, Scope};
 
-const TABLE: &str = include_str!("dynamo_url_keys.tsv");
+const TABLE: &str = include_str!("../dynamo_url_keys.tsv");
 const WHEEL: &str = "ai_dynamo-1.6.1-py3-none-any.whl";
 
 struct Row {

@@ -1,9 +1,6 @@
 //! What the embedding fleet tests share: the model id, the values, a counted
 //! `get_or_compute`, scratch directories.
 
-// Not every test binary uses every helper.
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! `mmcache key`, the `load` summary, `MMCACHE_LOG=off`, and the `--help` examples, run as
 //! printed.
 
-mod common;
-
-use common::{mmcache, scratch, text};
+use crate::common::{mmcache, scratch, text};
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig};
 use mmcache_scope::{CacheIdentity, Scope};
 use mmcache_shared_cache::entry_key;

@@ -29,7 +29,7 @@ fn origin() -> Origin {
 
 #[test]
 fn a_good_host_resolves_at_once_while_hole_lookups_hang() {
-    let Some(dns) = TestDns::isolated("a_good_host_resolves_at_once_while_hole_lookups_hang")
+    let Some(dns) = TestDns::isolated("dns::a_good_host_resolves_at_once_while_hole_lookups_hang")
     else {
         return;
     };
@@ -86,7 +86,7 @@ fn a_good_host_resolves_at_once_while_hole_lookups_hang() {
 #[test]
 fn a_good_answer_outlives_a_silent_name_server_at_default_settings() {
     let Some(dns) =
-        TestDns::isolated("a_good_answer_outlives_a_silent_name_server_at_default_settings")
+        TestDns::isolated("dns::a_good_answer_outlives_a_silent_name_server_at_default_settings")
     else {
         return;
     };
@@ -139,7 +139,7 @@ async fn first_failure(
 #[test]
 fn a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once() {
     let Some(dns) =
-        TestDns::isolated("a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once")
+        TestDns::isolated("dns::a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once")
     else {
         return;
     };
@@ -196,7 +196,7 @@ fn a_stale_answer_ends_at_its_bound_and_nxdomain_ends_it_at_once() {
 /// holds (64 KiB) finishes instead of blocking on its write until the harness's time limit.
 #[test]
 fn a_child_test_that_writes_a_lot_still_finishes() {
-    let Some(_dns) = TestDns::isolated("a_child_test_that_writes_a_lot_still_finishes") else {
+    let Some(_dns) = TestDns::isolated("dns::a_child_test_that_writes_a_lot_still_finishes") else {
         return;
     };
     let line = "x".repeat(1023);

@@ -12,8 +12,7 @@ use bytes::Bytes;
 use mmcache_disk_cache::{DiskCache, DiskCacheConfig, Fill};
 use mmcache_scope::CacheIdentity;
 
-mod common;
-use common::{Dir, id};
+use crate::common::{Dir, id};
 
 /// A uid and gid that are not ours (the tests may run as root, which can chown to them).
 const OTHER: u32 = 65534;

@@ -1,5 +1,4 @@
 //! Helpers shared by the CLI's integration tests.
-#![allow(dead_code)] // each test file uses a different part
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

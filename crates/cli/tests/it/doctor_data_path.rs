@@ -2,9 +2,7 @@
 //! user, on keys of its own, it runs a worker's commands for images and for embeddings, and
 //! names each one denied or failing, with an exit code per class. Real processes.
 
-mod common;
-
-use common::{mmcache, text};
+use crate::common::{mmcache, text};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, acl_recipe, require_redis};
 
 const DENIED: i32 = 14;

@@ -43,7 +43,8 @@ async fn round_trips(cache: &SharedCache, from: usize) -> Option<usize> {
 
 #[test]
 fn nodes_announced_by_hostname_are_found_again_after_they_all_moved() {
-    const TEST: &str = "nodes_announced_by_hostname_are_found_again_after_they_all_moved";
+    const TEST: &str =
+        "hostnames::nodes_announced_by_hostname_are_found_again_after_they_all_moved";
     if !require_redis(TEST) {
         return;
     }

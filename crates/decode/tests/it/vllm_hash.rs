@@ -5,7 +5,7 @@ use mmcache_decode::{DecodeLimits, decode};
 
 #[test]
 fn matches_vllm_multimodal_hasher() {
-    let vectors = include_str!("vllm_hashes.tsv");
+    let vectors = include_str!("../vllm_hashes.tsv");
     let mut checked = 0;
     for line in vectors.lines().filter(|l| !l.starts_with('#')) {
         let (png, expected) = line.split_once('\t').unwrap();

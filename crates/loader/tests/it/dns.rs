@@ -24,7 +24,7 @@ impl Drop for Dir {
 #[test]
 fn a_disk_hit_for_a_good_host_is_served_while_hole_lookups_hang() {
     let Some(dns) =
-        TestDns::isolated("a_disk_hit_for_a_good_host_is_served_while_hole_lookups_hang")
+        TestDns::isolated("dns::a_disk_hit_for_a_good_host_is_served_while_hole_lookups_hang")
     else {
         return;
     };

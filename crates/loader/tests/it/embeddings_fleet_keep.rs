@@ -12,8 +12,7 @@ use mmcache_loader::embeddings::{
 use mmcache_loader::{Loader, LoaderBuilder};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
-mod fleet_common;
-use fleet_common::{MODEL, big, scratch, settled, small};
+use crate::fleet_common::{self, MODEL, big, scratch, settled, small};
 
 /// Where `get_or_compute` of `key` found its value (computing `value`, counted).
 async fn get(
