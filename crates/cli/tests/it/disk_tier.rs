@@ -10,19 +10,7 @@ use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn scratch(name: &str) -> Dir {
-    let p = std::env::temp_dir().join(format!("mmcache-cli-disk-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    Dir(p)
-}
+use crate::common::scratch;
 
 /// `mmcache load --json` over `urls` with the disk tier in `dir`.
 fn worker(dir: &Path, urls: &[String], extra: &[(&str, &str)]) -> Child {
@@ -62,7 +50,7 @@ fn sources(child: Child) -> Vec<String> {
 
 #[test]
 fn a_hosts_processes_download_each_image_once_and_restart_warm() {
-    let dir = scratch("share");
+    let dir = scratch("disk-share");
     let origin = TestOrigin::start();
     // Slow downloads, so the processes really overlap on every image.
     let urls: Vec<String> = (0..6)
@@ -103,7 +91,7 @@ fn a_hosts_processes_download_each_image_once_and_restart_warm() {
 
 #[test]
 fn the_budget_holds_across_processes_and_bad_files_are_refilled() {
-    let dir = scratch("budget");
+    let dir = scratch("disk-budget");
     let origin = TestOrigin::start();
     let body = images::noise_png(64, 64, 3); // ~12 KiB, does not compress
     let urls: Vec<String> = (0..40)

@@ -4,7 +4,6 @@
 //! Real directory, real origin, default disk settings; the slow write is the disk tier's test
 //! seam `DiskCache::inject_write_stall` (no FUSE or dm-delay here).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,16 +13,10 @@ use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
+use crate::common::Dir;
+
 /// Longest the stalled write stays parked (the test releases it sooner).
 const STALL_BOUND: Duration = Duration::from_secs(30);
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A gate the stalled write waits on until opened (or [`STALL_BOUND`]).
 #[derive(Default)]

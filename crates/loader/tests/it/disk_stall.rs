@@ -14,20 +14,14 @@ use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
 
+use crate::common::Dir;
+
 /// The test runtime's blocking pool: small, as a worker that sized it down would have.
 const BLOCKING_THREADS: usize = 24;
 /// Stalled loads: more than the blocking pool has threads.
 const STALLED: usize = 40;
 /// Longest a stalled read stays parked (the test releases it sooner).
 const STALL_BOUND: Duration = Duration::from_secs(30);
-
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn stalled_disk_reads_leave_memory_and_shared_hits_fast() {
@@ -42,7 +36,7 @@ fn stalled_disk_reads_leave_memory_and_shared_hits_fast() {
         .unwrap();
     let cluster = RedisCluster::start(ClusterOptions::default()).expect("start a Redis Cluster");
     let origin = TestOrigin::start();
-    let dir = Scratch(std::env::temp_dir().join(format!("mmcache-stall-{}", std::process::id())));
+    let dir = Dir(std::env::temp_dir().join(format!("mmcache-stall-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     origin.set("/hot.png", Route::ok(images::png(32, 32, 1)));
     origin.set("/shared.png", Route::ok(images::png(40, 30, 2)));

@@ -1,7 +1,6 @@
 //! Disk-tier writes leave the load's path: a load returns while its entry is still being
 //! written, and `Loader::shutdown` waits for the write to land. Real directory, real origin.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use mmcache_loader::{Loader, Source};
@@ -9,26 +8,18 @@ use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
-/// A fresh directory under the temp dir, removed on drop.
-struct Dir(PathBuf);
+use crate::common::Dir;
 
-impl Dir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("mmcache-loader-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Self(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh directory under the temp dir (emptied first), removed on drop.
+fn fresh_dir(name: &str) -> Dir {
+    let p = std::env::temp_dir().join(format!("mmcache-loader-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    Dir(p)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_returns_before_its_disk_write_lands_and_shutdown_waits_for_it() {
-    let dir = Dir::new("disk-writes");
+    let dir = fresh_dir("disk-writes");
     let origin = TestOrigin::start();
     // A 1x1 PNG carrying 48 MB in a text chunk that decoding skips unread: the decode is
     // quick, the entry's write is not (tens of milliseconds even on tmpfs).

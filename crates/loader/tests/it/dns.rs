@@ -3,7 +3,6 @@
 //! (`/etc/resolv.conf` in a private mount namespace; see `mmcache_test_support::dns`).
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use mmcache_loader::{Loader, Source};
@@ -11,15 +10,9 @@ use mmcache_test_support::dns::TestDns;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
+use crate::common::Dir;
+
 const HOLES: usize = 12;
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn a_disk_hit_for_a_good_host_is_served_while_hole_lookups_hang() {

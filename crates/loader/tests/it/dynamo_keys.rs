@@ -2,7 +2,6 @@
 //! empty `?` dropped), with a real HTTP origin, a real directory and a real Redis Cluster; the
 //! download still uses the URL as given.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use mmcache_loader::{Loader, Source};
@@ -10,6 +9,8 @@ use mmcache_scope::{Scope, sha256_hex};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster, require_redis};
+
+use crate::common::Dir;
 
 /// Dynamo's shared-cache key for the key string Dynamo computed, written out by hand (not by
 /// our keying code): `dynamo:mm:image:{sha256hex(key)}:bytes`.
@@ -81,14 +82,6 @@ async fn concurrent_spellings_join_one_load() {
 }
 
 /// A scratch directory, removed on drop.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn the_disk_tier_keys_as_dynamo_does() {
     let dir = Dir(std::env::temp_dir().join(format!("mmcache-dynamo-keys-{}", std::process::id())));

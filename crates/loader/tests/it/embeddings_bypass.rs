@@ -10,16 +10,9 @@ use std::time::Duration;
 use mmcache_loader::Loader;
 use mmcache_loader::embeddings::{Embedding, EmbeddingError, EmbeddingKeyInput};
 
+use crate::common::DropFlag;
+
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
-
-/// Sets its flag when dropped: shows that the compute's future was dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 /// A scoped loader with compute deadline `deadline`: a call without a scope bypasses it.
 fn scoped(deadline: Duration) -> Loader {

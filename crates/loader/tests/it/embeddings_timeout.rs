@@ -11,19 +11,12 @@ use mmcache_loader::embeddings::{Embedding, EmbeddingError, EmbeddingKeyInput, E
 use mmcache_loader::{LeaseConfig, Loader};
 use mmcache_test_support::redis::{ClusterOptions, RedisCluster};
 
+use crate::common::DropFlag;
+
 const MODEL: &str = "Qwen/Qwen2.5-VL-7B-Instruct@max_pixels=1003520";
 
 fn small() -> Embedding {
     Embedding::from_f32(vec![2, 4], vec![0.5; 8]).unwrap()
-}
-
-/// Sets its flag when dropped: shows that the compute's future was dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 /// `get_or_compute` of `key` with a compute that never returns; `dropped` is set when its

@@ -3,6 +3,7 @@
 //! metrics recorder, the process-wide digest count, a binary that re-runs itself as workers)
 //! keep a binary of their own beside this folder, each saying why at its top.
 
+mod common;
 mod deploy_worker;
 mod disk_fill_lock;
 mod disk_stall;

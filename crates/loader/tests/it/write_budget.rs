@@ -11,23 +11,17 @@ use mmcache_loader::{Loader, Source};
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
+use crate::common::Dir;
+
 /// Longest a stalled write stays parked (the test releases them sooner).
 const STALL_BOUND: Duration = Duration::from_secs(30);
-
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_disk_writes_do_not_hold_the_download_budget() {
     const LOADS: usize = 8;
     let origin = TestOrigin::start();
     let dir =
-        Scratch(std::env::temp_dir().join(format!("mmcache-write-budget-{}", std::process::id())));
+        Dir(std::env::temp_dir().join(format!("mmcache-write-budget-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     let urls: Vec<String> = (0..LOADS)
         .map(|i| {
