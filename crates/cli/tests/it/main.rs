@@ -1,0 +1,10 @@
+//! The `mmcache` binary's integration tests, one module per former test file, linked into one
+//! binary.
+
+mod cli;
+mod common;
+mod disk_tier;
+mod doctor;
+mod doctor_data_path;
+mod ops;
+mod warm;
