@@ -85,7 +85,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     rows.push(phase("per-worker caches only", &fleet(None, false)?));
 
     // The host's disk tier, no Redis: the workers share one directory (separate loaders here,
-    // as separate processes would be; crates/cli/tests/disk_tier.rs runs real processes).
+    // as separate processes would be; crates/cli/tests/it/disk_tier.rs runs real processes).
     let disk_dir = std::path::PathBuf::from("target/demo-disk");
     let _ = std::fs::remove_dir_all(&disk_dir);
     for name in [

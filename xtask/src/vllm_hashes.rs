@@ -5,7 +5,7 @@
 //! A gate step ([`check`]): the wheel is 336 MB; its download took 64 s and 33 s here
 //! (`pip download --no-cache-dir`, 2026-12-01), 17 s from pip's cache, about 2 % of the
 //! gate. The gate's `cargo test --workspace` runs the Rust test on the committed vectors
-//! (crates/decode/tests/vllm_hash.rs), so the two together prove our digest is vLLM's.
+//! (crates/decode/tests/it/vllm_hash.rs), so the two together prove our digest is vLLM's.
 //! `cargo xtask vllm-hashes` ([`run`]) does the same alone, then that Rust test.
 
 use std::path::Path;
@@ -28,10 +28,10 @@ const HASHER: &str = "vllm/multimodal/hasher.py";
 pub(crate) fn run() -> anyhow::Result<()> {
     check(&python_venv(VENV)?)?;
     // `--workspace`: with `-p` cargo resolves features for that package alone and rebuilds
-    // its dependencies.
+    // its dependencies. The test is the module `vllm_hash` of mmcache-decode's `it` binary.
     step(
-        "cargo test --workspace --test vllm_hash",
-        Command::new("cargo").args(["test", "--workspace", "--test", "vllm_hash"]),
+        "cargo test --workspace --test it -- vllm_hash::",
+        Command::new("cargo").args(["test", "--workspace", "--test", "it", "--", "vllm_hash::"]),
     )?;
     println!("xtask vllm-hashes: {COMMITTED} is vLLM's, and our digest matches it");
     Ok(())

@@ -7,6 +7,8 @@ use mmcache_loader::Config;
 use mmcache_scope::CacheIdentity;
 use mmcache_shared_cache::entry_key;
 
+use crate::scope_arg::parse_scope;
+
 #[derive(Debug, Args)]
 pub(crate) struct KeyArgs {
     /// Session scope (used when DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1)
@@ -21,7 +23,7 @@ pub(crate) struct KeyArgs {
 /// without a scope bypasses every cache (there is no key).
 pub(crate) fn run(args: KeyArgs) -> anyhow::Result<u8> {
     let config = Config::from_env()?;
-    let scope = crate::parse_scope(args.scope.as_deref(), config.session_scoped)?;
+    let scope = parse_scope(args.scope.as_deref(), config.session_scoped)?;
     let Some(id) = CacheIdentity::resolve(config.session_scoped, &args.url, scope.as_ref()) else {
         eprintln!(
             "no cache key: DYN_MM_IMAGE_CACHE_SESSION_SCOPED=1 and no usable --scope, so loads \

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use mmcache_loader::Loader;
 
+use crate::scope_arg::parse_scope;
 use crate::tally::Tally;
 
 /// How long `load` and `warm` wait, before they exit, for cache writes still on their way.
@@ -31,9 +32,10 @@ pub(crate) struct LoadArgs {
 
 /// Loads every URL in order; exit code 0 when all succeeded, else 1.
 pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<u8> {
-    let metrics = crate::install_metrics()?;
+    // Before any `Loader` is built: it resolves its metric handles when built.
+    let metrics = mmcache_loader::metrics::install_prometheus()?;
     let loader = Loader::from_env()?;
-    let scope = crate::parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
+    let scope = parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
     let mut tally = Tally::default();
     for url in &args.urls {
         let started = Instant::now();

@@ -16,15 +16,13 @@
 mod doctor;
 mod key;
 mod load;
+mod scope_arg;
 mod tally;
 mod warm;
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use mmcache_loader::Scope;
-use mmcache_loader::metrics::prometheus::PrometheusHandle;
 
 /// A data URL of a 1x1 GIF: examples that run anywhere, with no network.
 #[macro_export]
@@ -184,24 +182,6 @@ fn init_logs() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     Ok(())
-}
-
-/// Installs the Prometheus recorder with the loader's buckets (before any `Loader` is built).
-fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    Ok(mmcache_loader::metrics::install_prometheus()?)
-}
-
-/// The `--scope` argument as a [`Scope`], read alike by every command: with session scoping
-/// off (`session_scoped` false) it changes nothing, and a note on stderr says so.
-fn parse_scope(raw: Option<&str>, session_scoped: bool) -> anyhow::Result<Option<Scope>> {
-    let scope = raw
-        .map(|s| Scope::new(s).context("--scope: blank, over 256 bytes, or not printable ASCII"))
-        .transpose()?;
-    if scope.is_some() && !session_scoped {
-        let var = mmcache_loader::env::SESSION_SCOPED;
-        eprintln!("note: --scope is ignored: {var} is off");
-    }
-    Ok(scope)
 }
 
 #[cfg(test)]

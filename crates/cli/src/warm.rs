@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mmcache_loader::Loader;
 
 use crate::load::SHUTDOWN_WAIT;
+use crate::scope_arg::parse_scope;
 use crate::tally::Tally;
 
 /// Loads at once unless `--concurrency` says otherwise: enough to overlap downloads, few
@@ -63,7 +64,7 @@ fn read_urls(file: &PathBuf) -> anyhow::Result<Vec<String>> {
 pub(crate) async fn run(args: WarmArgs) -> anyhow::Result<u8> {
     let urls = read_urls(&args.file)?;
     let loader = Arc::new(Loader::from_env()?);
-    let scope = crate::parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
+    let scope = parse_scope(args.scope.as_deref(), loader.config().session_scoped)?;
     if loader.config().session_scoped && scope.is_none() {
         // Every load would bypass every cache: a warm that warms nothing must not succeed.
         eprintln!(

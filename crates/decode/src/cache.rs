@@ -4,8 +4,8 @@
 
 use std::sync::Mutex;
 
+use mmcache_metrics::counted::Level;
 use mmcache_scope::CacheIdentity;
-use mmcache_scope::counted::Level;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 
@@ -148,7 +148,7 @@ pub(crate) struct WeightedCache<V> {
     /// `None` when an entry cap of 0 turns the cache off.
     cache: Option<Inner<V>>,
     /// This cache's share of the gauges, which its stats read: each change is applied once
-    /// (see `mmcache_scope::counted`), and the share leaves the gauges when the cache drops.
+    /// (see `mmcache_metrics::counted`), and the share leaves the gauges when the cache drops.
     /// Updated after each operation, so a concurrent eviction of an entry whose insert is not
     /// yet counted can briefly take it below zero.
     entries: Level,
@@ -344,7 +344,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::DecodedImage;
+    use crate::image::DecodedImage;
 
     #[test]
     fn cache_structures_stay_within_their_overhead_share() {

@@ -9,7 +9,9 @@ use quick_cache::sync::Cache;
 use crate::cache::{
     CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Key, Sizing, WeightedCache, identity_key,
 };
-use crate::{DEFAULT_MAX_PIXELS, DecodedImage, PixelLayout, Variant};
+use crate::image::{DEFAULT_MAX_PIXELS, DecodedImage};
+use crate::layout::PixelLayout;
+use crate::profile::Variant;
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).
 pub const DEFAULT_DECODED_CACHE_BYTES: u64 = 1 << 30;

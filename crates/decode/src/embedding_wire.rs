@@ -105,7 +105,7 @@ pub enum WireError {
     Tensor(#[from] TensorError),
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// What kind of [`WireError`] a value met: the `reason` label of the embedding metrics.
     pub enum WireErrorKind: "reason" {
         Truncated = "truncated",

@@ -3,7 +3,7 @@
 
 use crate::error::Error;
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// A raster format mmcache decodes, sniffed from the bytes (never from the URL).
     #[non_exhaustive]
     pub enum ImageFormat: "format" {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::turbo;
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// Which JPEG decoder decodes JPEG files.
     #[non_exhaustive]
     pub enum JpegDecoder: "decoder" {

@@ -3,7 +3,7 @@
 //! out on drop. `mmcache_loader::metrics` describes them; docs/metrics.md is generated from
 //! these declarations.
 
-use mmcache_scope::metric::{Kind, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 /// Decoded-image cache entries (gauge): images held, an image shared by several identities once.
 pub const DECODED_CACHE_ENTRIES: Metric = Metric::new(
@@ -37,7 +37,7 @@ pub const EMBEDDING_CACHE_BYTES: Metric = Metric::new(
 .labels(&[MemoryTier::LABEL])
 .note("weighed bytes: tensor + metadata + shape + 320 per entry");
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The embedding gauges' `tier` label: only the in-memory
     /// [`EmbeddingStore`](crate::EmbeddingStore) has gauges.
     pub enum MemoryTier: "tier" { Memory = "memory" }

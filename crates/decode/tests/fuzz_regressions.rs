@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! Inputs that `cargo xtask fuzz` found (tests/fuzz/, a few hundred bytes each), replayed with
 //! the fuzz target's assertions: no panic, a typed 413/415 error or an image of exactly the
 //! probed size, and a decode whose allocations peak within the probe's estimate.

@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! Hostile images, byte for byte: each is refused (or decoded) while the memory the process
 //! allocates stays small and fixed. A counting allocator measures the peak of live bytes
 //! during each decode, so "never allocates the full buffer" is asserted, not assumed.

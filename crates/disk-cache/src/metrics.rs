@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mmcache_scope::metric::{Kind, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -122,7 +122,7 @@ pub use disk::{
     ALL, BREAKER_OPENS, EVICTIONS, READ_BYTES, READS, SKIPPED, WRITES, WRITTEN_BYTES,
 };
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`READS`].
     pub enum ReadOutcome: "outcome" {
         Hit = "hit",
@@ -135,12 +135,12 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`WRITES`].
     pub enum WriteOutcome: "outcome" { Success = "success", Error = "error", Skipped = "skipped" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`EVICTIONS`].
     pub enum EvictReason: "reason" {
         Budget = "budget",
@@ -150,7 +150,7 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`SKIPPED`].
     pub enum SkipReason: "reason" {
         Link = "link",

@@ -1,3 +1,4 @@
+// Not in tests/it: its forked child holds a copy of every fd of the process (other tests' too).
 //! A forked child (fork without exec, as Python's multiprocessing does) inherits the open file
 //! description of a held fill lock: it must not keep the parent's lock once the parent drops it.
 #![allow(unsafe_code)] // fork(2), kill(2), waitpid(2): the only way to make such a child.

@@ -49,7 +49,7 @@
 //! ```
 
 pub(crate) mod fleet;
-pub mod metrics;
+pub use crate::metrics::embeddings as metrics;
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -57,12 +57,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dashmap::DashMap;
-use metrics::ComputeOutcome;
 use mmcache_decode::CacheStats;
 use mmcache_scope::Scope;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::metrics::embeddings::ComputeOutcome;
 
 pub(crate) use fleet::Fleet;
 #[cfg(feature = "test-seams")]

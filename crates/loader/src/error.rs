@@ -1,4 +1,4 @@
-//! Typed errors of the loader: configuration errors and load errors.
+//! Typed errors of a load. (Configuration errors are the config layer's own: `config/error.rs`.)
 
 use std::sync::Arc;
 
@@ -9,56 +9,6 @@ pub use mmcache_origin::Error as OriginError;
 
 /// A result with the load [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A start-up configuration error. It names the variable (or builder setting) and, except for
-/// URLs, the value it got.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// An environment variable or setting holds a value outside its rule.
-    #[error("{name}={value:?} is invalid: expected {expected}")]
-    Invalid {
-        /// The variable or setting name.
-        name: &'static str,
-        /// The value it got (truncated to 64 characters).
-        value: String,
-        /// The rule.
-        expected: &'static str,
-    },
-    /// The shared cache is enabled but has no URL.
-    #[error("DYN_MM_SHARED_IMAGE_CACHE_URL is required when DYN_MM_SHARED_IMAGE_CACHE_ENABLED=1")]
-    MissingCacheUrl,
-    /// The shared-cache URL or its TLS setup was refused (the URL is never echoed).
-    #[error("DYN_MM_SHARED_IMAGE_CACHE_URL: {0}")]
-    SharedCache(#[from] mmcache_shared_cache::Error),
-    /// A file named by a variable could not be read.
-    #[error("{name}: cannot read {path}: {reason}")]
-    File {
-        /// The variable name.
-        name: &'static str,
-        /// The path it named.
-        path: String,
-        /// The I/O error.
-        reason: String,
-    },
-    /// `MMCACHE_JPEG_DECODER=libjpeg-turbo` and libturbojpeg did not load.
-    #[error("MMCACHE_JPEG_DECODER=libjpeg-turbo: {0}")]
-    JpegDecoder(String),
-    /// The HTTP client could not be built.
-    #[error("origin client: {0}")]
-    Origin(String),
-}
-
-impl ConfigError {
-    pub(crate) fn invalid(name: &'static str, value: &str, expected: &'static str) -> Self {
-        let value: String = value.chars().take(64).collect();
-        Self::Invalid {
-            name,
-            value,
-            expected,
-        }
-    }
-}
 
 pub use mmcache_origin::DataUrlError;
 

@@ -26,12 +26,14 @@
 //! when one master is sick; a p90 would follow the sick master's GETs that answer just
 //! within the delay, and hold the delay up with them.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::metrics::Counter;
-use mmcache_scope::counted::Counted;
+use mmcache_metrics::counted::Counted;
 
+use crate::config::HedgeSettings;
 use crate::metrics::{HEDGES, HedgeOutcome, PerLabel};
 use crate::slow_nodes::SlowNodes;
 
@@ -53,28 +55,6 @@ const IN_TIME_MULTIPLE: u32 = 2;
 /// Marks a sample of a GET that was still running at the delay (see `observe_late`).
 const LATE: u32 = 1 << 31;
 
-/// Hedge settings (`MMCACHE_SHARED_IMAGE_CACHE_HEDGE*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HedgeSettings {
-    /// Hedge shared-cache GETs (and bound the SET wait the same way). Default on.
-    pub enabled: bool,
-    /// Shortest delay before a hedge. Default 20 ms.
-    pub min_delay: Duration,
-    /// Longest delay before a hedge, and longest wait for a SET. Default 250 ms.
-    pub max_delay: Duration,
-}
-
-impl Default for HedgeSettings {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            min_delay: Duration::from_millis(20),
-            max_delay: Duration::from_millis(250),
-        }
-    }
-}
-
 /// The adaptive delay and the hedge budget of one loader.
 #[derive(Debug)]
 pub(crate) struct Hedge {
@@ -92,10 +72,10 @@ pub(crate) struct Hedge {
     /// of loads over budget, whose origin fetch starts at the cap).
     hedged: AtomicU64,
     /// [`HEDGES`] by outcome; [`HedgeStats::over_budget`] is its `over_budget` count, so the
-    /// event is recorded once (see `mmcache_scope::counted`).
+    /// event is recorded once (see `mmcache_metrics::counted`).
     outcomes: PerLabel<Counted<Counter>>,
     /// The nodes whose GETs are mostly late, routed around (see `slow_nodes`).
-    pub(crate) slow: SlowNodes,
+    pub(crate) slow: Arc<SlowNodes>,
 }
 
 /// Counts of a loader's hedging, for tests, benchmarks and dashboards (the `metrics` facade
@@ -131,7 +111,7 @@ impl Hedge {
             outcomes: PerLabel::new(HedgeOutcome::ALL, |o: HedgeOutcome| {
                 Counted::new(::metrics::counter!(HEDGES.name, "outcome" => o.as_str()))
             }),
-            slow: SlowNodes::default(),
+            slow: Arc::default(),
         }
     }
 

@@ -107,10 +107,13 @@ pub use crate::config::{
     DEFAULT_EMBEDDING_COMPUTE_TIMEOUT, DiskCacheConfig, LOAD_TIMEOUT_SLACK, LeaseConfig,
     MemoryPart, SharedCacheConfig, env,
 };
-pub use crate::config::{SETTINGS, Section, Setting, settings_doc_tables};
-pub use crate::error::{ConfigError, DataUrlError, DecodeError, Error, OriginError, Result};
+pub use crate::config::{
+    ConfigError, HedgeSettings, PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable,
+    settings_doc_tables,
+};
+pub use crate::error::{DataUrlError, DecodeError, Error, OriginError, Result};
 pub use crate::handle::Loader;
-pub use crate::hedge::{HedgeSettings, HedgeStats};
+pub use crate::hedge::HedgeStats;
 pub use crate::loaded::{Loaded, Source};
 // The layers' names a loader user needs, listed one by one (see the crate docs).
 pub use mmcache_decode::{

@@ -6,7 +6,7 @@ use mmcache_decode::DecodedImage;
 
 use crate::error::Result;
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// Where a load's image came from.
     #[non_exhaustive]
     pub enum Source: "source" {

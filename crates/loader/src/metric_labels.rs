@@ -1,14 +1,14 @@
 //! Label values and handle tables shared by the loader's metrics and its embeddings' metrics
 //! (both declared in their own `metrics` modules, which take these from here).
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`LOADS`](crate::metrics::LOADS),
     /// [`ORIGIN_FETCH_DURATION`](crate::metrics::ORIGIN_FETCH_DURATION) and the embeddings'
     /// fleet writes.
     pub enum Outcome: "outcome" { Ok = "ok", Error = "error" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`BYPASSES`](crate::metrics::BYPASSES) and of the embeddings'
     /// bypasses.
     pub enum BypassReason: "reason" { NoScope = "no_scope" }

@@ -9,11 +9,12 @@
 use ::metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use mmcache_decode::{ImageFormat, JpegDecoder};
-use mmcache_scope::metric::{Kind, Label, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Label, Metric, Unit};
 
 use crate::loaded::Source;
 
 mod doc_tables;
+pub mod embeddings;
 
 pub(crate) use crate::metric_labels::PerLabel;
 pub use crate::metric_labels::{BypassReason, Outcome};
@@ -196,7 +197,7 @@ pub const ALL: &[(&str, &[Metric])] = &[
     ),
     ("Host pixel tier", mmcache_disk_cache::metrics::host::ALL),
     ("Disk tier", mmcache_disk_cache::metrics::ALL),
-    ("Embeddings", crate::embeddings::metrics::ALL),
+    ("Embeddings", embeddings::ALL),
 ];
 
 /// Every declared metric, in [`ALL`]'s order.
@@ -210,12 +211,12 @@ pub const DURATION_BUCKETS: [f64; 16] = [
     10.0, 30.0,
 ];
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `linkage` label of [`LIBJPEG_TURBO_INFO`].
     pub enum Linkage: "linkage" { Vendored = "vendored", RunTime = "run-time" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`DECODE_BUDGET`].
     pub enum BudgetOutcome: "outcome" {
         Acquired = "acquired",
@@ -224,7 +225,7 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`HEDGES`].
     pub enum HedgeOutcome: "outcome" {
         OriginWon = "origin_won",
@@ -234,7 +235,7 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`LEASES`].
     pub enum LeaseOutcome: "outcome" {
         Won = "won",

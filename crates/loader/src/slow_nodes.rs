@@ -100,20 +100,20 @@ struct Table {
 /// A probe in flight: when it drops (the probe ended, or its task was cancelled or
 /// panicked), the node's next probe may start.
 pub(crate) struct Probe {
-    hedge: Arc<crate::hedge::Hedge>,
+    slow: Arc<SlowNodes>,
     node: Arc<str>,
 }
 
 impl Probe {
     /// The probe of `node` that [`SlowNodes::route`] asked for.
-    pub(crate) fn new(hedge: Arc<crate::hedge::Hedge>, node: Arc<str>) -> Self {
-        Self { hedge, node }
+    pub(crate) fn new(slow: Arc<SlowNodes>, node: Arc<str>) -> Self {
+        Self { slow, node }
     }
 }
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.hedge.slow.probe_ended(&self.node);
+        self.slow.probe_ended(&self.node);
     }
 }
 

@@ -1,3 +1,4 @@
+// Not in tests/it: it installs the process-global metrics recorder.
 //! Content keys and content dedup through a real loader and a real HTTP origin: the same bytes
 //! under two URLs are one decode and one resident image within a scope, never across scopes.
 //! One test function: decodes are counted from the process-global metrics recorder.

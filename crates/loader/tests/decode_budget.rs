@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! The decode budget holds under concurrency: many loads of distinct large images at once
 //! never hold more decode memory together than the budget. A counting allocator measures the
 //! peak of live bytes in the process, so the bound is asserted, not assumed.

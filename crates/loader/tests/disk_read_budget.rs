@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! Entries read from the disk tier count in the download budget like origin bodies: many disk
 //! hits of large entries at once never hold more than the budget together, and every load
 //! still gets its image (a bounded wait serves them all). A counting allocator measures the

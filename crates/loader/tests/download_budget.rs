@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! The download budget holds under concurrency: many loads of distinct large bodies at once
 //! (with `Content-Length` and chunked) never hold more download memory together than the
 //! budget, and every load still gets its own answer (no load fails for want of budget when a

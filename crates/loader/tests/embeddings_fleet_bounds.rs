@@ -1,3 +1,4 @@
+// Not in tests/it: it installs the process-global metrics recorder (its tests share it).
 //! Embedding writes are bounded as image writes are: against a real master that answers late
 //! but in time (a forwarder that holds every reply 1.5 s; the default response timeout is
 //! 2 s), with the default settings, many computes of

@@ -1,3 +1,4 @@
+// Not in tests/it: harness off, it starts itself again as each worker process.
 //! Cross-process proofs of the embedding fleet tiers, with real OS processes: this binary
 //! (harness off) is both the test and the worker it starts. A worker builds its loader from
 //! the environment (default settings but for the tiers under test), waits at a file barrier

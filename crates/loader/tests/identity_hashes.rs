@@ -1,3 +1,4 @@
+// Not in tests/it: it reads the process-wide digest count (`CacheIdentity::digests_computed`).
 //! A load hashes its cache identity once per digest: one blake3 (the in-process maps) and one
 //! SHA-256 (the disk tier's names, the shared cache's keys), however many tiers it passes.
 //! Real disk directory, real Redis Cluster, real HTTP origin. Alone in its binary: the count

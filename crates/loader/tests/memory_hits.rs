@@ -1,3 +1,4 @@
+// Not in tests/it: it installs the process-global metrics recorder.
 //! A memory hit without awaiting (`Loader::load_cached`, `Embeddings::cached`), counted as the
 //! awaited one is, and the pixel layout a loader keeps. One test per binary: the metrics
 //! recorder is process-global.

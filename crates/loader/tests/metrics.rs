@@ -1,3 +1,4 @@
+// Not in tests/it: it installs the process-global metrics recorder.
 //! Metric names, labels and bucket counts, read back from a real Prometheus recorder.
 //! One test per binary: the recorder is process-global.
 

@@ -1,3 +1,4 @@
+// Not in tests/it: it installs the process-global metrics recorder.
 //! Every declared metric is in a real scrape, and every scraped family is declared: real
 //! components (a Redis cluster, an HTTP origin on 127.0.0.1, disk and host pixel directories),
 //! loads through every tier and the embeddings API, then the Prometheus recorder's text read

@@ -1,3 +1,4 @@
+// Not in tests/it: its counting global allocator counts the whole process.
 //! Values read from the shared cache count in the download budget like origin bodies: many
 //! shared hits of large values at once never hold more than the budget together, and every
 //! load still gets its image (a bounded wait serves them all). A counting allocator measures

@@ -143,6 +143,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         settings.set_item(s.python, s.name)?;
     }
     m.add("SETTINGS", settings)?;
+    // Every variable the package reads: the settings' and those read outside a loader's.
+    let variables: Vec<&str> = mmcache_loader::SETTINGS
+        .iter()
+        .map(|s| s.name)
+        .chain(mmcache_loader::PROCESS_VARIABLES.iter().map(|v| v.name))
+        .collect();
+    m.add("VARIABLES", variables)?;
     errors::init(m)?;
     exit::register(m)?;
     Ok(())

@@ -4,14 +4,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mmcache_loader::ImageFormats;
 use mmcache_loader::Scope;
 use mmcache_loader::env;
-use mmcache_loader::{Config, Image, Loaded, LoaderBuilder};
+use mmcache_loader::{Config, Image, Loaded, LoaderBuilder, SETTINGS};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3_async_runtimes::generic::future_into_py;
 
 use crate::runtime::{self, PerProcess};
@@ -419,7 +418,16 @@ impl Loader {
         if let Some(settings) = settings {
             for (name, value) in settings.iter() {
                 let name: String = name.extract()?;
-                builder = apply(builder, &name, &value)?;
+                // Keywords only: a variable's name is no keyword argument.
+                if !SETTINGS.iter().any(|s| s.python == name) {
+                    return Err(PyTypeError::new_err(format!(
+                        "Loader got an unexpected keyword argument '{name}'"
+                    )));
+                }
+                let text = keyword_text(&name, &value)?;
+                builder = builder
+                    .with_setting(&name, &text)
+                    .map_err(|e| errors::config_error(py, &e))?;
             }
         }
         // Before the build: the loader resolves its metric handles once, at build time.
@@ -447,138 +455,47 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
-/// A duration setting in whole milliseconds (bounds: the builder's).
-fn millis(v: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    v.extract::<u64>().map(Duration::from_millis)
-}
-
-/// `disk_cache_group`: a gid, or a group name looked up in `/etc/group`.
-fn group(v: &Bound<'_, PyAny>) -> PyResult<u32> {
-    if let Ok(gid) = v.extract::<u32>() {
-        return Ok(gid);
+/// The text a keyword's Python value stands for, which the setting's reader then reads as it
+/// reads its variable's text (the one generic place where a keyword becomes text): `True` and
+/// `False` are `1` and `0`, an `int` and a `float` their decimal spellings, a `str` itself, a
+/// path (`os.PathLike`) its file-system spelling, `bytes` their UTF-8 text, a list or a tuple
+/// its items' texts joined by commas, and `None` the blank text (unset).
+fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    if value.is_none() {
+        return Ok(String::new());
     }
-    let name: String = v.extract()?;
-    mmcache_disk_cache::group_id(&name).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "disk_cache_group={name:?}: expected a gid or the name of a group in /etc/group"
-        ))
-    })
-}
-
-/// `image_formats`: `"jpeg,png"` or `["jpeg", "png"]`.
-fn formats(v: &Bound<'_, PyAny>) -> PyResult<ImageFormats> {
-    let list = match v.extract::<String>() {
-        Ok(s) => s,
-        Err(_) => v.extract::<Vec<String>>()?.join(","),
-    };
-    list.parse()
-        .map_err(|e| PyValueError::new_err(format!("image_formats={list:?}: {e}")))
-}
-
-/// Applies one keyword setting.
-fn apply(b: LoaderBuilder, name: &str, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
-    Ok(match name {
-        "shared_cache" => b.shared_cache(v.extract()?),
-        "shared_cache_url" => b.shared_cache_url(v.extract::<String>()?),
-        "shared_cache_ttl_secs" => b.shared_cache_ttl(secs(name, v.extract()?)?),
-        "shared_cache_connect_timeout_secs" => {
-            b.shared_cache_connect_timeout(secs(name, v.extract()?)?)
-        }
-        "shared_cache_io_timeout_secs" => b.shared_cache_io_timeout(secs(name, v.extract()?)?),
-        "shared_cache_tls_root_ca" => b.shared_cache_tls_root_ca(v.extract()?),
-        "shared_cache_lease" => {
-            let mut lease = b.config().shared.lease;
-            lease.enabled = v.extract()?;
-            b.shared_cache_lease(lease)
-        }
-        "max_file_size_bytes" => b.max_file_size_bytes(v.extract()?),
-        "session_scoped" => b.session_scoped(v.extract()?),
-        "allow_internal" => b.allow_internal(v.extract()?),
-        "allow_http" => b.allow_http(v.extract()?),
-        "allowed_media_domains" => b.allowed_media_domains(v.extract::<Vec<String>>()?),
-        "disk_cache_dir" => b.disk_cache_dir(v.extract::<std::path::PathBuf>()?),
-        "disk_cache_max_bytes" => b.disk_cache_max_bytes(v.extract()?),
-        "disk_cache_ttl_secs" => b.disk_cache_ttl(secs(name, v.extract()?)?),
-        "decoded_cache_bytes" => b.decoded_cache_bytes(v.extract()?),
-        "decoded_cache_entries" => b.decoded_cache_entries(v.extract()?),
-        "max_pixels" => b.max_pixels(v.extract()?),
-        "image_formats" => b.image_formats(formats(v)?),
-        "pixel_layout" => {
-            let layout: String = v.extract()?;
-            b.pixel_layout(layout.parse().map_err(|()| {
-                PyValueError::new_err(format!("pixel_layout={layout:?}: expected rgb or rgbx"))
-            })?)
-        }
-        "decode_memory_bytes" => b.decode_memory_bytes(v.extract()?),
-        "decode_concurrency" => b.decode_concurrency(v.extract()?),
-        "decode_wait_secs" => b.decode_wait(secs(name, v.extract()?)?),
-        "origin_timeout_secs" => b.origin_timeout(secs(name, v.extract()?)?),
-        "origin_connect_timeout_secs" => b.origin_connect_timeout(secs(name, v.extract()?)?),
-        "embedding_cache_bytes" => b.embedding_cache_bytes(v.extract()?),
-        "shared_cache_max_value_bytes" => b.shared_cache_max_value_bytes(v.extract()?),
-        "shared_cache_breaker"
-        | "shared_cache_breaker_failures"
-        | "shared_cache_breaker_cooldown_ms" => {
-            let mut breaker = b.config().shared.breaker;
-            match name {
-                "shared_cache_breaker" => breaker.enabled = v.extract()?,
-                "shared_cache_breaker_failures" => breaker.failures = v.extract()?,
-                _ => breaker.cooldown = millis(v)?,
-            }
-            b.shared_cache_breaker(breaker)
-        }
-        "shared_cache_lease_ttl_ms" | "shared_cache_lease_wait_ms" => {
-            let mut lease = b.config().shared.lease;
-            match name {
-                "shared_cache_lease_ttl_ms" => lease.ttl = millis(v)?,
-                _ => lease.wait = millis(v)?,
-            }
-            b.shared_cache_lease(lease)
-        }
-        "shared_cache_write_behind" | "shared_cache_write_behind_queue" => {
-            let mut write_behind = b.config().shared.write_behind;
-            match name {
-                "shared_cache_write_behind" => write_behind.enabled = v.extract()?,
-                _ => write_behind.max_queued = v.extract()?,
-            }
-            b.shared_cache_write_behind(write_behind)
-        }
-        "shared_cache_hedge" | "shared_cache_hedge_min_ms" | "shared_cache_hedge_max_ms" => {
-            let mut hedge = b.config().hedge;
-            match name {
-                "shared_cache_hedge" => hedge.enabled = v.extract()?,
-                "shared_cache_hedge_min_ms" => hedge.min_delay = millis(v)?,
-                _ => hedge.max_delay = millis(v)?,
-            }
-            b.shared_cache_hedge(hedge)
-        }
-        "jpeg_decoder" => {
-            let choice: String = v.extract()?;
-            b.jpeg_decoder(choice.parse().map_err(|()| {
-                PyValueError::new_err(format!(
-                    "jpeg_decoder={choice:?}: expected auto, libjpeg-turbo or pure-rust"
-                ))
-            })?)
-        }
-        "libturbojpeg" => b.libturbojpeg(v.extract::<std::path::PathBuf>()?),
-        "disk_cache_group" => b.disk_cache_group(group(v)?),
-        "disk_cache_timeout_ms" => b.disk_cache_timeout(millis(v)?),
-        "load_timeout_secs" => {
-            let timeout: Option<f64> = v.extract()?;
-            b.load_timeout(timeout.map(|t| secs(name, t)).transpose()?)
-        }
-        "download_memory_bytes" => b.download_memory_bytes(v.extract()?),
-        "embedding_fleet" => b.embedding_fleet(v.extract()?),
-        "embedding_max_value_bytes" => b.embedding_max_value_bytes(v.extract()?),
-        "embedding_chunk_bytes" => b.embedding_chunk_bytes(v.extract()?),
-        "embedding_compute_timeout_secs" => {
-            let timeout: Option<f64> = v.extract()?;
-            b.embedding_compute_timeout(timeout.map(|t| secs(name, t)).transpose()?)
-        }
-        _ => {
-            return Err(PyTypeError::new_err(format!(
-                "Loader got an unexpected keyword argument '{name}'"
-            )));
-        }
-    })
+    if let Ok(flag) = value.cast::<PyBool>() {
+        return Ok(if flag.is_true() { "1" } else { "0" }.to_owned());
+    }
+    if value.is_instance_of::<PyInt>() {
+        return value.str()?.extract::<String>();
+    }
+    if let Ok(number) = value.cast::<PyFloat>() {
+        // The shortest decimal that reads back as the same number, never an exponent.
+        return Ok(number.value().to_string());
+    }
+    if let Ok(text) = value.cast::<PyString>() {
+        return text.extract::<String>();
+    }
+    if let Ok(bytes) = value.cast::<PyBytes>() {
+        return String::from_utf8(bytes.as_bytes().to_vec())
+            .map_err(|_| PyValueError::new_err(format!("{keyword}: expected UTF-8 bytes")));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items = value
+            .try_iter()?
+            .map(|item| keyword_text(keyword, &item?))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(items.join(","));
+    }
+    if let Ok(path) = value.extract::<std::path::PathBuf>() {
+        return path
+            .into_os_string()
+            .into_string()
+            .map_err(|_| PyValueError::new_err(format!("{keyword}: expected a UTF-8 path")));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{keyword}: expected a bool, int, float, str, path, bytes, list or None, got {}",
+        value.get_type().name()?
+    )))
 }

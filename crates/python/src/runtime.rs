@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
+use mmcache_loader::env;
 use mmcache_loader::metrics::prometheus::PrometheusHandle;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -34,12 +35,13 @@ const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 
 /// Worker threads of the runtime: `MMCACHE_RUNTIME_THREADS`, default one per CPU.
 fn worker_threads() -> PyResult<usize> {
-    match std::env::var("MMCACHE_RUNTIME_THREADS") {
+    match std::env::var(env::RUNTIME_THREADS) {
         Err(_) => Ok(std::thread::available_parallelism().map_or(2, |n| n.get())),
         Ok(raw) => match raw.trim().parse::<usize>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(n),
             _ => Err(PyRuntimeError::new_err(format!(
-                "MMCACHE_RUNTIME_THREADS={raw:?} is invalid: expected an integer from 1 to 1024"
+                "{}={raw:?} is invalid: expected an integer from 1 to 1024",
+                env::RUNTIME_THREADS
             ))),
         },
     }
@@ -178,7 +180,6 @@ pub(crate) fn metrics() -> &'static PrometheusHandle {
 /// Log lines of the Rust layers on stderr, at the level of `MMCACHE_LOG` (default warn), like
 /// the `mmcache` command.
 pub(crate) fn init_logs() {
-    use mmcache_loader::env;
     let level = match env::log_level(&std::env::var(env::LOG).unwrap_or_default()) {
         Ok(level) => level,
         // Importing the package must not fail over a log level: say so, and log at warn.

@@ -37,7 +37,7 @@ impl From<[u8; 32]> for ContentKey {
 impl fmt::Display for ContentKey {
     /// Lowercase hex, 64 characters.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::digest_hex(&self.0))
+        f.write_str(&crate::digest::digest_hex(&self.0))
     }
 }
 

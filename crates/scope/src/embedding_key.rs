@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::{ContentKey, Scope};
+use crate::content_key::ContentKey;
+use crate::session::Scope;
 
 /// What names an embedding's input, before the model and the scope are added.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -118,7 +119,7 @@ impl EmbeddingKey {
 
     /// The digest in lowercase hex (64 characters), for keys of later tiers.
     pub fn to_hex(&self) -> String {
-        crate::digest_hex(&self.0)
+        crate::digest::digest_hex(&self.0)
     }
 }
 
@@ -131,7 +132,7 @@ impl fmt::Debug for EmbeddingKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CacheIdentity;
+    use crate::identity::CacheIdentity;
 
     fn caller(k: &str) -> EmbeddingKeyInput {
         EmbeddingKeyInput::caller(k)

@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::{Scope, dynamo_url_key, sha256_hex};
+use crate::digest::sha256_hex;
+use crate::session::Scope;
+use crate::url_key::dynamo_url_key;
 
 /// The key of one image in every cache (memory, in flight, disk, shared): the URL keyed as
 /// ai-dynamo 1.6.1 keys it ([`dynamo_url_key`]: scheme and host lowercased, fragment dropped,

@@ -32,7 +32,7 @@ impl Default for BreakerConfig {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The state of one breaker, for gauges and tests; the values of the `from` and `to`
     /// labels.
     #[non_exhaustive]

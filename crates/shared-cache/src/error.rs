@@ -22,7 +22,7 @@ pub enum Error {
     Tls(String),
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// What kind of failure an operation met; a metric label (`kind`).
     #[non_exhaustive]
     pub enum FailureKind: "kind" {

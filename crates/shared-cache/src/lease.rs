@@ -144,7 +144,7 @@ impl SharedCache {
         match self.get_key(key, 64).await {
             (Some(v), _) if v[..] == *LEASE_NOT_STORED.as_bytes() => LeaseHolder::NotStored,
             (Some(v), _) => LeaseHolder::Token(v),
-            (None, crate::GetOutcome::Miss) => LeaseHolder::Free,
+            (None, crate::metrics::GetOutcome::Miss) => LeaseHolder::Free,
             (None, _) => LeaseHolder::Unknown,
         }
     }

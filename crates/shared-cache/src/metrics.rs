@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
-use mmcache_scope::counted::Counted;
-use mmcache_scope::metric::{Kind, Label, Metric, Unit};
+use mmcache_metrics::counted::Counted;
+use mmcache_metrics::metric::{Kind, Label, Metric, Unit};
 
 use crate::breaker::BreakerState;
 use crate::error::FailureKind;
@@ -101,7 +101,7 @@ pub const LATENCY_BUCKETS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0,
 ];
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `size_bucket` label: a value's length (inclusive upper bounds).
     pub enum SizeBucket: "size_bucket" {
         Le64Kib = "le_64kib",
@@ -116,27 +116,27 @@ mmcache_scope::label_values! {
     }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`GET_DURATION`].
     pub enum GetLabel: "outcome" { Hit = "hit", Miss = "miss", Error = "error" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`SET_DURATION`].
     pub enum WriteLabel: "outcome" { Success = "success", Error = "error" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `outcome` label of [`DELETES`].
     pub enum DeleteLabel: "outcome" { Success = "success", Error = "error", Skipped = "skipped" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `op` label: which operation.
     pub enum Op: "op" { Get = "get", Set = "set", Del = "del", Lease = "lease" }
 }
 
-mmcache_scope::label_values! {
+mmcache_metrics::label_values! {
     /// The `reason` label of [`SKIPPED`].
     pub enum SkipReason: "reason" {
         BreakerOpen = "breaker_open",
@@ -294,7 +294,7 @@ impl<M> Grid<Counted<M>> {
 /// The metric handles of one cache, one per label combination, resolved when the cache is
 /// built: no registry lookup and no label allocation per operation. Each also counts what this
 /// cache recorded through it, and the cache's stats are read from those counts
-/// ([`Handles::count`]): an event is recorded once (see `mmcache_scope::counted`).
+/// ([`Handles::count`]): an event is recorded once (see `mmcache_metrics::counted`).
 pub(crate) struct Handles {
     get: Grid<Counted<Histogram>>,
     set: Grid<Counted<Histogram>>,

@@ -1,6 +1,6 @@
 //! The counters of one cache instance, as [`SharedCache::stats`](crate::SharedCache::stats)
 //! reports them. Each event is counted once: where a metric records the event, the stat is
-//! read from the count its handle keeps for this cache (`mmcache_scope::counted`), which also
+//! read from the count its handle keeps for this cache (`mmcache_metrics::counted`), which also
 //! counts when no recorder is installed; only events without a metric have a counter here.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -24,7 +24,7 @@ pub mod scrape;
 mod server;
 
 /// The Rust examples of the workspace's own pages, compiled as doctests so they stay true (the
-/// published crates compile their READMEs themselves). `tests/docs.rs` checks that every page
+/// published crates compile their READMEs themselves). `tests/it/docs.rs` checks that every page
 /// with a Rust example is listed here.
 #[cfg(doctest)]
 pub mod doc_examples {

@@ -1,11 +1,12 @@
-//! docs/configuration.md's generated tables, rendered from [`SETTINGS`] (`cargo xtask docs`
-//! writes them into the page, and with `--check` fails on any difference).
+//! docs/configuration.md's generated tables, rendered from [`SETTINGS`] and
+//! [`PROCESS_VARIABLES`] (`cargo xtask docs` writes them into the page, and with `--check`
+//! fails on any difference).
 
-use super::settings::{SETTINGS, Section};
+use super::settings::{PROCESS_VARIABLES, SETTINGS, Section};
 
 /// docs/configuration.md's generated tables, each with the name its marker in the page gives
-/// it: one per [`Section`] (named by [`Section::marker`]), then the Python keywords
-/// (`python-keywords`).
+/// it: one per [`Section`] (named by [`Section::marker`]), the variables read outside the
+/// configuration (`process`), then the Python keywords (`python-keywords`).
 ///
 /// # Panics
 ///
@@ -15,6 +16,7 @@ pub fn settings_doc_tables() -> Vec<(&'static str, String)> {
         .iter()
         .map(|&section| (section.marker(), section_table(section)))
         .collect();
+    tables.push(("process", process_table()));
     tables.push(("python-keywords", keyword_table()));
     tables
 }
@@ -25,11 +27,25 @@ fn cell(text: &str) -> String {
     text.to_owned()
 }
 
+const VARIABLE_HEAD: &str = "| variable | default | rule |\n|---|---|---|\n";
+
+fn variable_row(name: &str, default: &str, rule: &str, doc: &str) -> String {
+    let rule = cell(&format!("{rule}{doc}"));
+    format!("| `{name}` | {} | {rule} |\n", cell(default))
+}
+
 fn section_table(section: Section) -> String {
-    let mut out = String::from("| variable | default | rule |\n|---|---|---|\n");
+    let mut out = String::from(VARIABLE_HEAD);
     for s in SETTINGS.iter().filter(|s| s.section == section) {
-        let rule = cell(&format!("{}{}", s.rule, s.doc_text()));
-        out += &format!("| `{}` | {} | {rule} |\n", s.name, cell(s.default));
+        out += &variable_row(s.name, s.default, s.rule, &s.doc_text());
+    }
+    out
+}
+
+fn process_table() -> String {
+    let mut out = String::from(VARIABLE_HEAD);
+    for v in &PROCESS_VARIABLES {
+        out += &variable_row(v.name, v.default, v.rule, v.doc);
     }
     out
 }
@@ -64,7 +80,7 @@ mod tests {
         }
         let entry = SETTINGS
             .iter()
-            .find(|s| s.name == crate::config::env::DECODED_CACHE_BYTES)
+            .find(|s| s.name == super::super::env::DECODED_CACHE_BYTES)
             .unwrap();
         let per_entry = format!("{} bytes per entry", mmcache_decode::ENTRY_OVERHEAD_BYTES);
         assert!(

@@ -1,21 +1,19 @@
 //! Environment variable names, each with what it sets. Each is declared beside its default,
-//! rule, Python keyword and reader, in [`crate::SETTINGS`]'s declarations, and re-exported here;
-//! [`ALL`] is derived from them. This module reads the declarations; they never read it.
+//! rule, Python keyword and reader, in [`crate::SETTINGS`]'s declarations (or, read outside a
+//! loader's configuration, in [`crate::PROCESS_VARIABLES`]), and re-exported here; [`ALL`] is
+//! derived from them. This module reads the declarations; they never read it.
 
-use crate::error::ConfigError;
+use super::error::ConfigError;
 
 pub use super::settings::disk::*;
 pub use super::settings::dynamo::*;
 pub use super::settings::host::*;
 pub use super::settings::own::*;
+pub use super::settings::process::*;
 pub use super::settings::shared_cache::*;
 
 /// Every variable read by [`crate::Config::from_env`], in the order of [`crate::SETTINGS`].
 pub const ALL: [&str; super::settings::COUNT] = super::settings::names();
-
-/// Level of the log lines that the `mmcache` command and the Python package write on stderr;
-/// read by them through [`log_level`], not by a `Config`.
-pub const LOG: &str = "MMCACHE_LOG";
 
 /// Reads [`LOG`]'s text: blank is `warn`; otherwise `off`, `error`, `warn`, `info`, `debug` or
 /// `trace`, and anything else is an error naming the variable.

@@ -7,8 +7,8 @@
 //! exists once and each tier crate checks its own fields (its `validate`); `validate.rs`
 //! checks the loader's fields and the rules spanning crates, once for every source;
 //! `tiers.rs` completes the tiers' configurations with what the loader derives; `parse.rs`
-//! holds the text parsers; `env.rs` re-exports the variable names; `memory.rs` sums the
-//! budgets.
+//! holds the text parsers and `error.rs` the errors, at the bottom; `env.rs` re-exports the
+//! variable names; `memory.rs` sums the budgets.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,11 +17,9 @@ use mmcache_decode::{ImageFormats, JpegDecoderChoice, PixelLayout};
 pub use mmcache_disk_cache::DiskCacheConfig;
 pub use mmcache_shared_cache::{LeaseConfig, SharedCacheConfig};
 
-use crate::error::ConfigError;
-use crate::hedge::HedgeSettings;
-
 mod doc_tables;
 pub mod env;
+mod error;
 mod memory;
 mod parse;
 mod settings;
@@ -31,8 +29,9 @@ mod tiers;
 mod validate;
 
 pub use doc_tables::settings_doc_tables;
+pub use error::ConfigError;
 pub use memory::MemoryPart;
-pub use settings::{SETTINGS, Section, Setting};
+pub use settings::{PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable};
 pub(crate) use tiers::disk_read_memory;
 pub(crate) use validate::Given;
 
@@ -221,12 +220,35 @@ impl Config {
         let mut given = Given::default();
         for setting in &SETTINGS {
             if let Some(v) = lookup(setting.name).filter(|v| !v.trim().is_empty()) {
-                (setting.read)(&mut c, &v)?;
+                setting.read_as(setting.name, &mut c, &v)?;
                 given.0.push((setting.name, v));
             }
         }
         c.check(&given)?;
         Ok(c)
+    }
+}
+
+/// Hedge settings (`MMCACHE_SHARED_IMAGE_CACHE_HEDGE*`): the hedge's configuration, kept with
+/// the others (the hedge itself is a part of the running loader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HedgeSettings {
+    /// Hedge shared-cache GETs (and bound the SET wait the same way). Default on.
+    pub enabled: bool,
+    /// Shortest delay before a hedge. Default 20 ms.
+    pub min_delay: Duration,
+    /// Longest delay before a hedge, and longest wait for a SET. Default 250 ms.
+    pub max_delay: Duration,
+}
+
+impl Default for HedgeSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_delay: Duration::from_millis(20),
+            max_delay: Duration::from_millis(250),
+        }
     }
 }
 

@@ -1,121 +1,35 @@
 //! The one declaration of every setting: its variable, its table, default, rule and
 //! documentation (docs/configuration.md's tables are generated from them, `doc_tables.rs`),
-//! its `mmcache.Loader` keyword (a Python test holds the bindings to them), how its text is
-//! read and whose rule checks it. This file holds the shape of a declaration and the order;
-//! the declarations themselves are in one file per table of docs/configuration.md. A tier
+//! its `mmcache.Loader` keyword, how its text is read (the environment's, the builder's
+//! [`LoaderBuilder::with_setting`](crate::LoaderBuilder::with_setting) and Python's keywords
+//! alike) and whose rule checks it. This file gathers the declarations in order (their shape is
+//! `shape.rs`'s), from one file per table of docs/configuration.md. A tier
 //! crate's field is checked by that crate's own `validate`; the loader's fields and the rules
 //! spanning crates, in `validate.rs`.
-
-use super::Config;
-use crate::error::ConfigError;
 
 pub(super) mod disk;
 pub(super) mod dynamo;
 pub(super) mod host;
 pub(super) mod own;
+pub(super) mod process;
+mod shape;
 pub(super) mod shared_cache;
 
-/// One setting of [`Config`].
-#[derive(Debug, Clone, Copy)]
-pub struct Setting {
-    /// Its environment variable (one of [`crate::env`]).
-    pub name: &'static str,
-    /// Its default, as docs/configuration.md states it: a value in backticks, or words.
-    pub default: &'static str,
-    /// Which table of docs/configuration.md lists it.
-    pub section: Section,
-    /// The start of its rule in docs/configuration.md: its bounds, which a test holds to the
-    /// checked ones.
-    pub rule: &'static str,
-    /// What follows the rule in docs/configuration.md (the setting's documentation), as
-    /// written: a fact another crate owns appears as a placeholder that
-    /// [`Setting::doc_text`] fills in from its constant.
-    pub doc: &'static str,
-    /// The keyword argument of `mmcache.Loader(...)` that sets the same thing.
-    pub python: &'static str,
-    /// What that keyword takes, as docs/configuration.md states it.
-    pub python_value: &'static str,
-    /// Reads the variable's (non-blank) text into the configuration; bounds come later.
-    pub(super) read: fn(&mut Config, &str) -> Result<(), ConfigError>,
-    /// Whose rule checks the value read.
-    pub(super) checked_by: CheckedBy,
-}
+pub(super) use shape::CheckedBy;
+pub use shape::{Section, Setting, Variable};
 
-/// Placeholders of [`Setting::doc`] and the constants they stand for, so a number is written
-/// once, where its crate declares it.
-const DOC_CONSTANTS: [(&str, u64); 1] = [(
-    "{ENTRY_OVERHEAD_BYTES}",
-    mmcache_decode::ENTRY_OVERHEAD_BYTES,
-)];
+/// Every variable read outside a loader's configuration.
+pub const PROCESS_VARIABLES: [Variable; 3] = process::VARIABLES;
 
 impl Setting {
-    /// [`Setting::doc`] with its placeholders filled in: the text docs/configuration.md shows.
-    pub fn doc_text(&self) -> String {
-        DOC_CONSTANTS
-            .iter()
-            .fold(self.doc.to_owned(), |doc, (name, value)| {
-                doc.replace(name, &value.to_string())
-            })
-    }
-}
-
-/// Whose rule checks a setting: a tier crate's `validate`, by the field it sets (its refusal
-/// is shown under this setting's variable), or the loader's (`validate.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CheckedBy {
-    /// The loader.
-    Loader,
-    /// [`mmcache_shared_cache::SharedCacheConfig::validate`].
-    SharedCache(mmcache_shared_cache::Field),
-    /// [`mmcache_disk_cache::DiskCacheConfig::validate`].
-    Disk(mmcache_disk_cache::Field),
-    /// The same, of the host pixel tier's configuration.
-    Host(mmcache_disk_cache::Field),
-}
-
-/// The tables of docs/configuration.md, each generated from the settings declared in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Section {
-    /// Variables the Python implementation (ai-dynamo) reads too, with the same meaning.
-    Dynamo,
-    /// mmcache's own variables.
-    Own,
-    /// The shared cache's breakers, stampede lease and write-behind queue.
-    SharedCache,
-    /// The host disk tier.
-    Disk,
-    /// The host pixel tier.
-    Host,
-    /// Hedged reads and bounded writes of the shared cache.
-    Hedge,
-}
-
-impl Section {
-    /// Every section, in the order of docs/configuration.md.
-    pub const ALL: [Section; 6] = [
-        Section::Dynamo,
-        Section::Own,
-        Section::SharedCache,
-        Section::Disk,
-        Section::Host,
-        Section::Hedge,
-    ];
-
-    /// The name of its table's marker in docs/configuration.md.
-    pub fn marker(self) -> &'static str {
-        match self {
-            Section::Dynamo => "dynamo",
-            Section::Own => "own",
-            Section::SharedCache => "shared-cache",
-            Section::Disk => "disk",
-            Section::Host => "host-pixels",
-            Section::Hedge => "hedge",
-        }
+    /// The setting whose variable or keyword is `name`.
+    pub fn named(name: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|s| s.name == name || s.python == name)
     }
 }
 
 /// The runs of declarations, in the order of [`SETTINGS`] (the order of the Python keyword
-/// table in docs/configuration.md, and of [`Config::from_lookup`]).
+/// table in docs/configuration.md, and of [`Config::from_lookup`](crate::Config::from_lookup)).
 const RUNS: [&[Setting]; 8] = [
     &dynamo::SETTINGS,
     &own::CACHES_AND_ORIGIN,
@@ -138,7 +52,7 @@ pub(super) const COUNT: usize = {
     n
 };
 
-/// Every setting, in the order [`Config::from_lookup`] reads them.
+/// Every setting, in the order [`Config::from_lookup`](crate::Config::from_lookup) reads them.
 pub const SETTINGS: [Setting; COUNT] = {
     let mut out = [RUNS[0][0]; COUNT];
     let (mut at, mut run) = (0, 0);
@@ -154,7 +68,7 @@ pub const SETTINGS: [Setting; COUNT] = {
     out
 };
 
-/// The variable names of [`SETTINGS`], in order (what [`crate::env::ALL`] is).
+/// The variable names of [`SETTINGS`], in order (what [`super::env::ALL`] is).
 pub(super) const fn names() -> [&'static str; COUNT] {
     let mut out = [""; COUNT];
     let mut i = 0;
@@ -171,8 +85,4 @@ pub(super) fn name_checked_by(checked_by: CheckedBy) -> Option<&'static str> {
         .iter()
         .find(|s| s.checked_by == checked_by)
         .map(|s| s.name)
-}
-
-fn saturating_usize(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use mmcache_origin::DomainAllowlist;
 
+use super::error::ConfigError;
 use super::settings::{CheckedBy, name_checked_by};
 use super::{Config, env};
-use crate::error::ConfigError;
 
 /// Upper bound of the origin's timeouts, the load deadline and the embedding compute deadline.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);

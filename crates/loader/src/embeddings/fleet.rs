@@ -24,9 +24,9 @@ use mmcache_scope::EmbeddingKey;
 use mmcache_shared_cache::SharedCache;
 
 use super::EmbeddingSource;
-use super::metrics::FleetMetrics;
 use crate::background::Background;
 use crate::config::Config;
+use crate::metrics::embeddings::FleetMetrics;
 use crate::write_memory::WriteMemory;
 use read::Found;
 pub use write::FleetWrites;

@@ -1,7 +1,7 @@
 //! docs/metrics.md's generated tables, rendered from [`ALL`] (`cargo xtask docs` writes them
 //! into the page, and with `--check` fails on any difference).
 
-use mmcache_scope::metric::{Kind, Label, Metric, Unit};
+use mmcache_metrics::metric::{Kind, Label, Metric, Unit};
 
 use super::ALL;
 

@@ -107,6 +107,9 @@ class Embeddings:
 
 # Loader keyword -> its environment variable, from the settings' one declaration.
 SETTINGS: dict[str, str]
+# Every variable the package reads, declared once: the settings' and those read outside a
+# loader's configuration (MMCACHE_LOG, MMCACHE_RUNTIME_THREADS, DYN_MM_HTTP_TIMEOUT).
+VARIABLES: list[str]
 
 def metrics_text(*, exclude_dynamo_shared_cache: bool = False) -> str: ...
 def doctor() -> tuple[str, int]: ...

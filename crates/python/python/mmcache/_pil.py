@@ -10,7 +10,7 @@ Pillow maps an image onto the cached pixels with ``Image.fromarrow`` (the Arrow 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Optional
 
 from PIL import Image
 
@@ -109,6 +109,62 @@ def _arrow_export_of_a_copy(image: Image.Image) -> Any:
 _ARROW_EXPORT_SAFE = tuple(int(p) for p in Image.__version__.split(".")[:1]) >= (13,)
 
 
+def _read_only_to_its_caller(image: Image.Image) -> None:
+    """Makes an image that ``Image.fromarrow`` mapped onto cached pixels read-only to its
+    caller: Pillow's writes copy it first, and so do the wrapped ``load()`` access and
+    ``frombytes``; before Pillow 13 its Arrow export exports a copy."""
+    image.readonly = 1
+    image.load = _SharedLoad(image)  # type: ignore[method-assign]
+    image.frombytes = _CopyFirst(image, Image.Image.frombytes)  # type: ignore[method-assign]
+    if not _ARROW_EXPORT_SAFE:
+        image.__arrow_c_array__ = _arrow_export_of_a_copy(image)  # type: ignore[method-assign]
+
+
+# A Pillow whose ``fromarrow`` refused one RGB image refuses them all: not tried again.
+_fromarrow_refused = False
+
+
+def rgb_image(pixels: _native.Pixels) -> tuple[Image.Image, Optional[str]]:
+    """A ``PIL.Image`` (mode ``RGB``) of an image's pixels, and why it is a copy (``None``
+    when it is not).
+
+    With Pillow's layout (``pixel_layout="rgbx"``, the default) and Pillow 11.3 or later,
+    ``Image.fromarrow`` maps the image onto the cached pixels: nothing is copied, whatever the
+    size. The image is read-only to its caller: ``putpixel``, ``paste``, ``ImageDraw`` and
+    ``image.load()[x, y] = ...`` and ``frombytes`` first copy its pixels (as Pillow does for any
+    read-only image) and change that image only; the cache and every other caller keep the
+    original pixels. (``ImageCms.applyTransform(image, t, inPlace=True)`` writes through Pillow's
+    core past the read-only flag: copy the image first.) Before Pillow 13, an Arrow export of
+    the image (``__arrow_c_array__``) exports a copy: those versions crash exporting an image
+    over a foreign buffer.
+    Otherwise (``pixel_layout="rgb"``, or a Pillow without ``fromarrow``) the image is a copy
+    of the same pixels.
+    """
+    global _fromarrow_refused
+    fromarrow = getattr(Image, "fromarrow", None)
+    refused: Optional[ValueError] = None
+    if fromarrow is not None and pixels.layout == "rgbx" and not _fromarrow_refused:
+        try:
+            image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
+        except ValueError as exc:  # a Pillow whose fromarrow takes no flat uint8 array
+            refused = exc
+            _fromarrow_refused = True
+        else:
+            _read_only_to_its_caller(image)
+            return image, None
+    if pixels.layout != "rgbx":
+        reason = "the loader keeps 3 bytes a pixel (pixel_layout='rgb')"
+    elif refused is not None:
+        reason = f"Pillow {Image.__version__}'s Image.fromarrow refused them ({refused})"
+    elif _fromarrow_refused:
+        reason = f"Pillow {Image.__version__}'s Image.fromarrow refused an image before"
+    else:
+        reason = f"Pillow {Image.__version__} has no Image.fromarrow (11.3 or later has)"
+    import numpy
+
+    return Image.fromarray(numpy.asarray(pixels)), reason
+
+
 def image_of(pixels: _native.Pixels) -> Image.Image:
     """A ``PIL.Image`` of ``pixels`` in their mode (``RGB``, ``L``, ``P``, ``RGBA``, ``LA``,
     ``1``, ``I;16``, ``CMYK``), mapped without a copy and read-only to the caller, with what
@@ -123,11 +179,7 @@ def image_of(pixels: _native.Pixels) -> Image.Image:
     except (AttributeError, ValueError):
         image = _copy_of(pixels, mode, size)
     else:
-        image.readonly = 1
-        image.load = _SharedLoad(image)  # type: ignore[method-assign]
-        image.frombytes = _CopyFirst(image, Image.Image.frombytes)  # type: ignore[method-assign]
-        if not _ARROW_EXPORT_SAFE:
-            image.__arrow_c_array__ = _arrow_export_of_a_copy(image)  # type: ignore[method-assign]
+        _read_only_to_its_caller(image)
     palette = pixels.palette
     if palette is not None:
         image.putpalette(palette, "RGB")  # a palette of its own: the pixels are not written

@@ -37,16 +37,15 @@ import logging
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, Final, Optional
+from typing import Any, Final
 from urllib.parse import urlsplit
 
-import numpy
 from PIL import Image
 
 from . import _native
 from . import errors as _errors
 from . import Loader
-from ._pil import _ARROW_EXPORT_SAFE, _arrow_export_of_a_copy, _CopyFirst, _SharedLoad
+from ._pil import rgb_image
 
 logger = logging.getLogger(__name__)
 
@@ -158,51 +157,18 @@ def _http_timeout(default: float) -> float:
 
 
 _fallback_logged = False
-_fromarrow_refused = False
 
 
 def pil_image(pixels: _native.Pixels) -> Image.Image:
-    """A ``PIL.Image`` (mode ``RGB``) of an image's pixels, without a copy where it can be.
-
-    With Pillow's layout (``pixel_layout="rgbx"``, the default) and Pillow 11.3 or later,
-    ``Image.fromarrow`` maps the image onto the cached pixels: nothing is copied, whatever the
-    size. The image is read-only to its caller: ``putpixel``, ``paste``, ``ImageDraw`` and
-    ``image.load()[x, y] = ...`` and ``frombytes`` first copy its pixels (as Pillow does for any
-    read-only image) and change that image only; the cache and every other caller keep the
-    original pixels. (``ImageCms.applyTransform(image, t, inPlace=True)`` writes through Pillow's
-    core past the read-only flag: copy the image first.) Before Pillow 13, an Arrow export of
-    the image (``__arrow_c_array__``) exports a copy: those versions crash exporting an image
-    over a foreign buffer.
-    Otherwise (``pixel_layout="rgb"``, or a Pillow without ``fromarrow``) the image is a copy
-    of the same pixels, said once in the log.
-    """
-    global _fromarrow_refused
-    fromarrow = getattr(Image, "fromarrow", None)
-    refused: Optional[ValueError] = None
-    if fromarrow is not None and pixels.layout == "rgbx" and not _fromarrow_refused:
-        try:
-            image = fromarrow(pixels, "RGB", (pixels.width, pixels.height))
-        except ValueError as exc:  # a Pillow whose fromarrow takes no flat uint8 array
-            refused = exc
-            _fromarrow_refused = True  # it will refuse every image: no second try
-        else:
-            image.readonly = 1
-            image.load = _SharedLoad(image)  # type: ignore[method-assign]
-            image.frombytes = _CopyFirst(image, Image.Image.frombytes)  # type: ignore[method-assign]
-            if not _ARROW_EXPORT_SAFE:
-                image.__arrow_c_array__ = _arrow_export_of_a_copy(image)  # type: ignore[method-assign]
-            return image
+    """A ``PIL.Image`` (mode ``RGB``) of an image's pixels, mapped without a copy and read-only
+    to its caller where Pillow can map them (see :func:`mmcache._pil.rgb_image`); otherwise a
+    copy of the same pixels, said once in the log."""
     global _fallback_logged
-    if not _fallback_logged:
+    image, copied_because = rgb_image(pixels)
+    if copied_because is not None and not _fallback_logged:
         _fallback_logged = True
-        if pixels.layout != "rgbx":
-            reason = "the loader keeps 3 bytes a pixel (pixel_layout='rgb')"
-        elif refused is not None:
-            reason = f"Pillow {Image.__version__}'s Image.fromarrow refused them ({refused})"
-        else:
-            reason = f"Pillow {Image.__version__} has no Image.fromarrow (11.3 or later has)"
-        logger.info("mmcache.dynamo copies each PIL image: %s", reason)
-    return Image.fromarray(numpy.asarray(pixels))
+        logger.info("mmcache.dynamo copies each PIL image: %s", copied_because)
+    return image
 
 
 def _with_status(exc: BaseException, status: int) -> BaseException:

@@ -4,13 +4,12 @@
 //! it.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use mmcache_disk_cache::Field as disk;
 
-use super::{CheckedBy, Section, Setting};
-use crate::config::parse::{parse_millis, parse_positive_int};
-use crate::error::ConfigError;
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::error::Refusal;
+use crate::config::parse::{parse_millis, parse_positive_int, parse_secs, parse_whole_secs};
 
 /// Directory of the host's disk tier; setting it turns the tier on.
 pub const DISK_CACHE_DIR: &str = "MMCACHE_DISK_CACHE_DIR";
@@ -37,10 +36,10 @@ pub(super) const SETTINGS: [Setting; 5] = [
             tier on. Tiers in order: memory, in flight, host pixels, disk, shared cache, origin",
         python: "disk_cache_dir",
         python_value: "a path (`str` or `os.PathLike`)",
-        read: |c, v| {
+        read: Read::Same(|c, v| {
             c.disk.dir = PathBuf::from(v.trim());
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DISK_CACHE_MAX_BYTES,
@@ -51,10 +50,10 @@ pub(super) const SETTINGS: [Setting; 5] = [
         doc: ": byte budget of the directory across the host's processes",
         python: "disk_cache_max_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.disk.max_bytes = parse_positive_int(DISK_CACHE_MAX_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            c.disk.max_bytes = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DISK_CACHE_TTL_SECS,
@@ -65,10 +64,15 @@ pub(super) const SETTINGS: [Setting; 5] = [
         doc: ": an entry older than this (by modification time) is a miss and is removed",
         python: "disk_cache_ttl_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            let secs = parse_positive_int(DISK_CACHE_TTL_SECS, v)?;
-            c.disk.ttl = Duration::from_secs(secs);
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                c.disk.ttl = parse_whole_secs(v)?;
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.disk.ttl = parse_secs(v)?;
+                Ok(())
+            },
         },
     },
     Setting {
@@ -83,17 +87,13 @@ pub(super) const SETTINGS: [Setting; 5] = [
             Unset: only this uid's files are read; entries 0600, folders 0700",
         python: "disk_cache_group",
         python_value: "a gid (int) or a group name",
-        read: |c, v| {
-            let gid = mmcache_disk_cache::group_id(v).ok_or_else(|| {
-                ConfigError::invalid(
-                    DISK_CACHE_GROUP,
-                    v,
-                    "a gid or the name of a group in /etc/group",
-                )
-            })?;
+        read: Read::Same(|c, v| {
+            let gid = mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
+                "a gid or the name of a group in /etc/group",
+            ))?;
             c.disk.group = Some(gid);
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DISK_CACHE_TIMEOUT_MS,
@@ -106,9 +106,9 @@ pub(super) const SETTINGS: [Setting; 5] = [
             background",
         python: "disk_cache_timeout_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.disk.timeout = parse_millis(DISK_CACHE_TIMEOUT_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.disk.timeout = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
 ];

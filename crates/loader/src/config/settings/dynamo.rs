@@ -3,13 +3,14 @@
 //! Each variable's name is declared in this file with its [`Setting`]; [`crate::env`] re-exports
 //! it.
 
-use std::time::Duration;
-
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Section, Setting, saturating_usize};
-use crate::config::parse::{parse_flag, parse_int, parse_positive_int, parse_secs};
-use crate::error::ConfigError;
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::error::Refusal;
+use crate::config::parse::{
+    optional, parse_flag, parse_int, parse_positive_int, parse_secs, parse_whole_secs,
+    saturating_usize,
+};
 
 /// `0` or `1`: use the shared cache.
 pub const SHARED_ENABLED: &str = "DYN_MM_SHARED_IMAGE_CACHE_ENABLED";
@@ -41,10 +42,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "",
         python: "shared_cache",
         python_value: "bool",
-        read: |c, v| {
-            c.shared_enabled = parse_flag(SHARED_ENABLED, v)?;
+        read: Read::Same(|c, v| {
+            c.shared_enabled = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_URL,
@@ -55,9 +56,16 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: ", user and password may be in it; never logged",
         python: "shared_cache_url",
         python_value: "str; also turns the shared cache on",
-        read: |c, v| {
-            c.shared.url = v.trim().to_owned();
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                c.shared.url = v.trim().to_owned();
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.shared.url = v.trim().to_owned();
+                c.shared_enabled = true;
+                Ok(())
+            },
         },
     },
     Setting {
@@ -69,10 +77,15 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "",
         python: "shared_cache_ttl_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            let secs = parse_positive_int(SHARED_TTL_SECS, v)?;
-            c.shared.ttl = Duration::from_secs(secs);
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                c.shared.ttl = parse_whole_secs(v)?;
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.shared.ttl = parse_secs(v)?;
+                Ok(())
+            },
         },
     },
     Setting {
@@ -84,10 +97,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "",
         python: "shared_cache_connect_timeout_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            c.shared.connect_timeout = parse_secs(SHARED_CONNECT_TIMEOUT_SECS, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.connect_timeout = parse_secs(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_IO_TIMEOUT_SECS,
@@ -98,10 +111,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "",
         python: "shared_cache_io_timeout_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            c.shared.io_timeout = parse_secs(SHARED_IO_TIMEOUT_SECS, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.io_timeout = parse_secs(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: MAX_FILE_SIZE_MB,
@@ -112,12 +125,18 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "; applies to every download and data URL, cache on or off",
         python: "max_file_size_bytes",
         python_value: "int, bytes (the variable is in MiB)",
-        read: |c, v| {
-            let mib = parse_positive_int(MAX_FILE_SIZE_MB, v)?;
-            c.max_file_size_bytes = mib.checked_mul(1024 * 1024).ok_or_else(|| {
-                ConfigError::invalid(MAX_FILE_SIZE_MB, v, "an integer number of MiB > 0")
-            })?;
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                let mib = parse_positive_int(v)?;
+                c.max_file_size_bytes = mib
+                    .checked_mul(1024 * 1024)
+                    .ok_or(Refusal::Expected("an integer number of MiB > 0"))?;
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.max_file_size_bytes = parse_positive_int(v)?;
+                Ok(())
+            },
         },
     },
     Setting {
@@ -129,10 +148,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: "",
         python: "session_scoped",
         python_value: "bool",
-        read: |c, v| {
-            c.session_scoped = parse_flag(SESSION_SCOPED, v)?;
+        read: Read::Same(|c, v| {
+            c.session_scoped = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: ALLOW_INTERNAL,
@@ -143,10 +162,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: ": `1` allows `http://` and private, loopback, link-local and metadata addresses",
         python: "allow_internal",
         python_value: "bool",
-        read: |c, v| {
-            c.allow_internal = parse_flag(ALLOW_INTERNAL, v)?;
+        read: Read::Same(|c, v| {
+            c.allow_internal = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: IMAGE_CACHE_SIZE,
@@ -157,10 +176,10 @@ pub(super) const SETTINGS: [Setting; 9] = [
         doc: ": entry cap of the decoded-image cache; `0` turns it off",
         python: "decoded_cache_entries",
         python_value: "int, or `None` (no cap)",
-        read: |c, v| {
-            let n = parse_int(IMAGE_CACHE_SIZE, v, "an integer >= 0")?;
-            c.decoded_cache_entries = Some(saturating_usize(n));
+        read: Read::Same(|c, v| {
+            let n = optional(v, |v| parse_int(v, "an integer >= 0"))?;
+            c.decoded_cache_entries = n.map(saturating_usize);
             Ok(())
-        },
+        }),
     },
 ];

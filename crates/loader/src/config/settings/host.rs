@@ -5,13 +5,12 @@
 //! it.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use mmcache_disk_cache::Field as host;
 
-use super::{CheckedBy, Section, Setting};
-use crate::config::parse::{parse_millis, parse_positive_int};
-use crate::error::ConfigError;
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::error::Refusal;
+use crate::config::parse::{parse_millis, parse_positive_int, parse_secs, parse_whole_secs};
 
 /// Directory of the host pixel tier, on a memory file system; setting it turns the tier on.
 pub const HOST_PIXELS_DIR: &str = "MMCACHE_HOST_PIXELS_DIR";
@@ -39,10 +38,10 @@ pub(super) const SETTINGS: [Setting; 5] = [
             order: memory, in flight, host pixels, disk, shared cache, origin",
         python: "host_pixels_dir",
         python_value: "a path (`str` or `os.PathLike`)",
-        read: |c, v| {
+        read: Read::Same(|c, v| {
             c.host.dir = PathBuf::from(v.trim());
             Ok(())
-        },
+        }),
     },
     Setting {
         name: HOST_PIXELS_MAX_BYTES,
@@ -56,10 +55,10 @@ pub(super) const SETTINGS: [Setting; 5] = [
             after they are evicted, until the process drops them",
         python: "host_pixels_max_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.host.max_bytes = parse_positive_int(HOST_PIXELS_MAX_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            c.host.max_bytes = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: HOST_PIXELS_TTL_SECS,
@@ -70,10 +69,15 @@ pub(super) const SETTINGS: [Setting; 5] = [
         doc: ": an entry older than this (by modification time) is a miss and is removed",
         python: "host_pixels_ttl_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            let secs = parse_positive_int(HOST_PIXELS_TTL_SECS, v)?;
-            c.host.ttl = Duration::from_secs(secs);
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                c.host.ttl = parse_whole_secs(v)?;
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.host.ttl = parse_secs(v)?;
+                Ok(())
+            },
         },
     },
     Setting {
@@ -88,17 +92,13 @@ pub(super) const SETTINGS: [Setting; 5] = [
             Unset: only this uid's entries are mapped; entries 0400, folders 0700",
         python: "host_pixels_group",
         python_value: "a gid (int) or a group name",
-        read: |c, v| {
-            let gid = mmcache_disk_cache::group_id(v).ok_or_else(|| {
-                ConfigError::invalid(
-                    HOST_PIXELS_GROUP,
-                    v,
-                    "a gid or the name of a group in /etc/group",
-                )
-            })?;
+        read: Read::Same(|c, v| {
+            let gid = mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
+                "a gid or the name of a group in /etc/group",
+            ))?;
             c.host.group = Some(gid);
             Ok(())
-        },
+        }),
     },
     Setting {
         name: HOST_PIXELS_TIMEOUT_MS,
@@ -111,9 +111,9 @@ pub(super) const SETTINGS: [Setting; 5] = [
             finishes in the background",
         python: "host_pixels_timeout_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.host.timeout = parse_millis(HOST_PIXELS_TIMEOUT_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.host.timeout = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
 ];

@@ -7,9 +7,11 @@ use std::path::PathBuf;
 
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Section, Setting, saturating_usize};
-use crate::config::parse::{parse_flag, parse_int, parse_positive_int, parse_secs};
-use crate::error::ConfigError;
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::error::Refusal;
+use crate::config::parse::{
+    optional, parse_flag, parse_int, parse_positive_int, parse_secs, saturating_usize,
+};
 
 /// Byte budget of the decoded-image cache.
 pub const DECODED_CACHE_BYTES: &str = "MMCACHE_DECODED_CACHE_BYTES";
@@ -71,10 +73,10 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
             entry)",
         python: "decoded_cache_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.decoded_cache_bytes = parse_int(DECODED_CACHE_BYTES, v, "an integer >= 0")?;
+        read: Read::Same(|c, v| {
+            c.decoded_cache_bytes = parse_int(v, "an integer >= 0")?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: MAX_PIXELS,
@@ -85,10 +87,10 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
         doc: ": largest `width * height`, checked from the header before decoding",
         python: "max_pixels",
         python_value: "int",
-        read: |c, v| {
-            c.max_pixels = parse_positive_int(MAX_PIXELS, v)?;
+        read: Read::Same(|c, v| {
+            c.max_pixels = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: ORIGIN_CONNECT_TIMEOUT_SECS,
@@ -101,10 +103,10 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
             more; see ARCHITECTURE.md",
         python: "origin_connect_timeout_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            c.origin_connect_timeout = parse_secs(ORIGIN_CONNECT_TIMEOUT_SECS, v)?;
+        read: Read::Same(|c, v| {
+            c.origin_connect_timeout = parse_secs(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: ORIGIN_TIMEOUT_SECS,
@@ -115,10 +117,10 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
         doc: ": one deadline over every redirect hop and the whole body",
         python: "origin_timeout_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            c.origin_timeout = parse_secs(ORIGIN_TIMEOUT_SECS, v)?;
+        read: Read::Same(|c, v| {
+            c.origin_timeout = parse_secs(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_TLS_CA_FILE,
@@ -130,14 +132,17 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
         // The keyword takes the PEM bytes themselves.
         python: "shared_cache_tls_root_ca",
         python_value: "bytes: the PEM itself (the variable names a file)",
-        read: |c, v| {
-            let pem = std::fs::read(v.trim()).map_err(|e| ConfigError::File {
-                name: SHARED_TLS_CA_FILE,
-                path: v.to_owned(),
-                reason: e.to_string(),
-            })?;
-            c.shared.tls_root_ca_pem = Some(pem);
-            Ok(())
+        read: Read::Apart {
+            variable: |c, v| {
+                let pem =
+                    std::fs::read(v.trim()).map_err(|e| Refusal::Unreadable(e.to_string()))?;
+                c.shared.tls_root_ca_pem = Some(pem);
+                Ok(())
+            },
+            keyword: |c, v| {
+                c.shared.tls_root_ca_pem = Some(v.as_bytes().to_vec());
+                Ok(())
+            },
         },
     },
     Setting {
@@ -152,11 +157,11 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
             origin; the value is left for workers with a larger cap)",
         python: "shared_cache_max_value_bytes",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_positive_int(SHARED_MAX_VALUE_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            let n = parse_positive_int(v)?;
             c.shared.max_value_bytes = saturating_usize(n);
             Ok(())
-        },
+        }),
     },
 ];
 
@@ -175,12 +180,12 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             See [decoding.md](decoding.md)",
         python: "jpeg_decoder",
         python_value: "`\"auto\"`, `\"libjpeg-turbo\"` or `\"pure-rust\"`",
-        read: |c, v| {
-            c.jpeg_decoder = v.parse().map_err(|()| {
-                ConfigError::invalid(JPEG_DECODER, v, "auto, libjpeg-turbo or pure-rust")
-            })?;
+        read: Read::Same(|c, v| {
+            c.jpeg_decoder = v
+                .parse()
+                .map_err(|()| Refusal::Expected("auto, libjpeg-turbo or pure-rust"))?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: IMAGE_FORMATS,
@@ -194,16 +199,12 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             `jpeg,png,webp`, which `mmcache.dynamo.ImageLoader` sets unless this variable is set",
         python: "image_formats",
         python_value: "`\"jpeg,png\"` or a list of names",
-        read: |c, v| {
-            c.image_formats = v.parse().map_err(|_| {
-                ConfigError::invalid(
-                    IMAGE_FORMATS,
-                    v,
-                    "a comma-separated list of jpeg, png, webp, gif",
-                )
-            })?;
+        read: Read::Same(|c, v| {
+            c.image_formats = v
+                .parse()
+                .map_err(|_| Refusal::Expected("a comma-separated list of jpeg, png, webp, gif"))?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: PIXEL_LAYOUT,
@@ -219,12 +220,10 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             this or the keyword is set. See [decoding.md](decoding.md#pixel-layout)",
         python: "pixel_layout",
         python_value: "`\"rgb\"` or `\"rgbx\"`",
-        read: |c, v| {
-            c.pixel_layout = v
-                .parse()
-                .map_err(|()| ConfigError::invalid(PIXEL_LAYOUT, v, "rgb or rgbx"))?;
+        read: Read::Same(|c, v| {
+            c.pixel_layout = v.parse().map_err(|()| Refusal::Expected("rgb or rgbx"))?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: LIBTURBOJPEG,
@@ -239,10 +238,10 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             decoder is used instead, with a warning)",
         python: "libturbojpeg",
         python_value: "a path (`str` or `os.PathLike`)",
-        read: |c, v| {
+        read: Read::Same(|c, v| {
             c.libturbojpeg = Some(PathBuf::from(v.trim()));
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DECODE_MEMORY_BYTES,
@@ -255,10 +254,10 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             is refused (413)",
         python: "decode_memory_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.decode_memory_bytes = parse_positive_int(DECODE_MEMORY_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            c.decode_memory_bytes = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DECODE_CONCURRENCY,
@@ -269,11 +268,11 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
         doc: ": decodes running at once (one per CPU leaves cores idle at every hand-off)",
         python: "decode_concurrency",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_positive_int(DECODE_CONCURRENCY, v)?;
+        read: Read::Same(|c, v| {
+            let n = parse_positive_int(v)?;
             c.decode_concurrency = saturating_usize(n);
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DECODE_WAIT_SECS,
@@ -284,10 +283,10 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
         doc: ": longest wait for the decode budget; then the load fails with 503",
         python: "decode_wait_secs",
         python_value: "float seconds",
-        read: |c, v| {
-            c.decode_wait = parse_secs(DECODE_WAIT_SECS, v)?;
+        read: Read::Same(|c, v| {
+            c.decode_wait = parse_secs(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: ALLOW_HTTP,
@@ -299,10 +298,10 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             refused unless `DYN_MM_ALLOW_INTERNAL=1`. `mmcache.vllm` turns it on unless it is set",
         python: "allow_http",
         python_value: "bool",
-        read: |c, v| {
-            c.allow_http = parse_flag(ALLOW_HTTP, v)?;
+        read: Read::Same(|c, v| {
+            c.allow_http = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: ALLOWED_MEDIA_DOMAINS,
@@ -319,14 +318,14 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
             `DYN_MM_ALLOW_INTERNAL=1`",
         python: "allowed_media_domains",
         python_value: "a list of hosts",
-        read: |c, v| {
+        read: Read::Same(|c, v| {
             c.allowed_media_domains = v
                 .split(',')
                 .map(|d| d.trim().to_owned())
                 .filter(|d| !d.is_empty())
                 .collect();
             Ok(())
-        },
+        }),
     },
 ];
 
@@ -353,10 +352,10 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
         checked_by: CheckedBy::Loader,
         python: "load_timeout_secs",
         python_value: "float seconds, or `None` (derived)",
-        read: |c, v| {
-            c.load_timeout = Some(parse_secs(LOAD_TIMEOUT_SECS, v)?);
+        read: Read::Same(|c, v| {
+            c.load_timeout = optional(v, parse_secs)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: DOWNLOAD_MEMORY_BYTES,
@@ -407,10 +406,10 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             with 408 rather than 503",
         python: "download_memory_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.download_memory_bytes = parse_positive_int(DOWNLOAD_MEMORY_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            c.download_memory_bytes = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: EMBEDDING_CACHE_BYTES,
@@ -424,11 +423,11 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             [embeddings.md](embeddings.md)",
         python: "embedding_cache_bytes",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_int(EMBEDDING_CACHE_BYTES, v, "an integer >= 0")?;
+        read: Read::Same(|c, v| {
+            let n = parse_int(v, "an integer >= 0")?;
             c.embedding_cache_bytes = n;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: EMBEDDING_FLEET,
@@ -440,10 +439,10 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             lease); `0` keeps them in memory. See [embeddings.md](embeddings.md#fleet-tiers)",
         python: "embedding_fleet",
         python_value: "bool",
-        read: |c, v| {
-            c.embedding_fleet = parse_flag(EMBEDDING_FLEET, v)?;
+        read: Read::Same(|c, v| {
+            c.embedding_fleet = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: EMBEDDING_MAX_VALUE_BYTES,
@@ -456,11 +455,11 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             larger cap use it)",
         python: "embedding_max_value_bytes",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_positive_int(EMBEDDING_MAX_VALUE_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            let n = parse_positive_int(v)?;
             c.embedding_max_value_bytes = n;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: EMBEDDING_CHUNK_BYTES,
@@ -472,10 +471,10 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             shared cache in chunks of this size, spread over slots",
         python: "embedding_chunk_bytes",
         python_value: "int",
-        read: |c, v| {
-            c.embedding_chunk_bytes = parse_positive_int(EMBEDDING_CHUNK_BYTES, v)?;
+        read: Read::Same(|c, v| {
+            c.embedding_chunk_bytes = parse_positive_int(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: EMBEDDING_COMPUTE_TIMEOUT_SECS,
@@ -496,9 +495,9 @@ pub(super) const BUDGETS_AND_EMBEDDINGS: [Setting; 7] = [
             and one lease TTL",
         python: "embedding_compute_timeout_secs",
         python_value: "float seconds, or `None` (the default)",
-        read: |c, v| {
-            c.embedding_compute_timeout = Some(parse_secs(EMBEDDING_COMPUTE_TIMEOUT_SECS, v)?);
+        read: Read::Same(|c, v| {
+            c.embedding_compute_timeout = optional(v, parse_secs)?;
             Ok(())
-        },
+        }),
     },
 ];

@@ -5,8 +5,8 @@
 
 use mmcache_shared_cache::Field as shared;
 
-use super::{CheckedBy, Section, Setting, saturating_usize};
-use crate::config::parse::{parse_flag, parse_millis, parse_positive_int};
+use super::shape::{CheckedBy, Read, Section, Setting};
+use crate::config::parse::{parse_flag, parse_millis, parse_positive_int, saturating_usize};
 
 /// `0` or `1`: per-node circuit breakers on the shared cache.
 pub const SHARED_BREAKER: &str = "MMCACHE_SHARED_IMAGE_CACHE_BREAKER";
@@ -42,10 +42,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": per-node circuit breakers",
         python: "shared_cache_breaker",
         python_value: "bool",
-        read: |c, v| {
-            c.shared.breaker.enabled = parse_flag(SHARED_BREAKER, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.breaker.enabled = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_BREAKER_FAILURES,
@@ -56,11 +56,11 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": consecutive failures on a node that open its breaker",
         python: "shared_cache_breaker_failures",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_positive_int(SHARED_BREAKER_FAILURES, v)?;
+        read: Read::Same(|c, v| {
+            let n = parse_positive_int(v)?;
             c.shared.breaker.failures = u32::try_from(n).unwrap_or(u32::MAX);
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_BREAKER_COOLDOWN_MS,
@@ -71,10 +71,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": how long an open breaker skips that node before one probe",
         python: "shared_cache_breaker_cooldown_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.shared.breaker.cooldown = parse_millis(SHARED_BREAKER_COOLDOWN_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.breaker.cooldown = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_LEASE,
@@ -86,10 +86,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
             its SET",
         python: "shared_cache_lease",
         python_value: "bool",
-        read: |c, v| {
-            c.shared.lease.enabled = parse_flag(SHARED_LEASE, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.lease.enabled = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_LEASE_TTL_MS,
@@ -100,10 +100,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": lease lifetime (frees the image if its holder dies)",
         python: "shared_cache_lease_ttl_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.shared.lease.ttl = parse_millis(SHARED_LEASE_TTL_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.lease.ttl = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_LEASE_WAIT_MS,
@@ -114,10 +114,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": longest wait for another worker's fill before fetching from the origin",
         python: "shared_cache_lease_wait_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.shared.lease.wait = parse_millis(SHARED_LEASE_WAIT_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.lease.wait = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_WRITE_BEHIND,
@@ -128,10 +128,10 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
         doc: ": a miss returns once decoded; its SET goes to a bounded background queue",
         python: "shared_cache_write_behind",
         python_value: "bool",
-        read: |c, v| {
-            c.shared.write_behind.enabled = parse_flag(SHARED_WRITE_BEHIND, v)?;
+        read: Read::Same(|c, v| {
+            c.shared.write_behind.enabled = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_WRITE_BEHIND_QUEUE,
@@ -144,11 +144,11 @@ pub(super) const SHARED_CACHE: [Setting; 8] = [
             queue drops the write, never blocks a load",
         python: "shared_cache_write_behind_queue",
         python_value: "int",
-        read: |c, v| {
-            let n = parse_positive_int(SHARED_WRITE_BEHIND_QUEUE, v)?;
+        read: Read::Same(|c, v| {
+            let n = parse_positive_int(v)?;
             c.shared.write_behind.max_queued = saturating_usize(n);
             Ok(())
-        },
+        }),
     },
 ];
 
@@ -166,10 +166,10 @@ pub(super) const HEDGE: [Setting; 3] = [
             write-behind queue's limits)",
         python: "shared_cache_hedge",
         python_value: "bool",
-        read: |c, v| {
-            c.hedge.enabled = parse_flag(SHARED_HEDGE, v)?;
+        read: Read::Same(|c, v| {
+            c.hedge.enabled = parse_flag(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_HEDGE_MIN_MS,
@@ -180,10 +180,10 @@ pub(super) const HEDGE: [Setting; 3] = [
         doc: ": shortest hedge delay",
         python: "shared_cache_hedge_min_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.hedge.min_delay = parse_millis(SHARED_HEDGE_MIN_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.hedge.min_delay = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
     Setting {
         name: SHARED_HEDGE_MAX_MS,
@@ -194,9 +194,9 @@ pub(super) const HEDGE: [Setting; 3] = [
         doc: ": longest hedge delay. Set both equal for a fixed delay",
         python: "shared_cache_hedge_max_ms",
         python_value: "int milliseconds",
-        read: |c, v| {
-            c.hedge.max_delay = parse_millis(SHARED_HEDGE_MAX_MS, v)?;
+        read: Read::Same(|c, v| {
+            c.hedge.max_delay = parse_millis(v)?;
             Ok(())
-        },
+        }),
     },
 ];

@@ -19,7 +19,7 @@ use mmcache_shared_cache::{LeaseHolder, LeaseOutcome, SharedCache};
 use super::read::Found;
 use super::{Before, Fleet, Held, lease_key};
 use crate::embeddings::EmbeddingSource;
-use crate::embeddings::metrics::{LeaseOutcome as LeaseLabel, LeaseWait};
+use crate::metrics::embeddings::{LeaseOutcome as LeaseLabel, LeaseWait};
 
 /// Longest pause between two polls of a lease waiter.
 const MAX_POLL: Duration = Duration::from_millis(100);

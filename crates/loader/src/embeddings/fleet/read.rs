@@ -15,7 +15,7 @@ use mmcache_scope::EmbeddingKey;
 use mmcache_shared_cache::{GetOutcome, SharedCache};
 
 use super::{Fleet, chunk_key, disk_entry_name, shared_key};
-use crate::embeddings::metrics::{FleetTier, KeptReason};
+use crate::metrics::embeddings::{FleetTier, KeptReason};
 
 /// Chunk GETs of one read in flight at once. One, with the chunk before it being put into
 /// the value meanwhile: an image GET on any master then waits behind at most one chunk, and

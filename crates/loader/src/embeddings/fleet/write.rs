@@ -24,7 +24,7 @@ use mmcache_shared_cache::{SharedCache, WriteOutcome};
 
 use super::lease::HeldLease;
 use super::{Fleet, Held, chunk_key, disk_entry_name, random_u64, shared_key};
-use crate::embeddings::metrics::{DropReason, FleetMetrics, FleetTier};
+use crate::metrics::embeddings::{DropReason, FleetMetrics, FleetTier};
 
 /// A chunk's key outlives its manifest's by this much, so a live manifest never names a
 /// chunk that has expired.

@@ -174,7 +174,7 @@ impl SharedStep {
 fn spawn_probe(hedge: &Arc<Hedge>, shared: &SharedCache, identity: &CacheIdentity, node: Arc<str>) {
     let delay = hedge.current_delay();
     let (hedge, shared, identity) = (hedge.clone(), shared.clone(), identity.clone());
-    let probe = Probe::new(hedge.clone(), node.clone());
+    let probe = Probe::new(hedge.slow.clone(), node.clone());
     tokio::spawn(async move {
         let _probe = probe; // however the task ends, the node's next probe may start
         let started = Instant::now();
