@@ -168,9 +168,11 @@ fn a_hosts_processes_decode_each_image_once_and_map_the_same_pixels() {
         .map(|r| r.sources().iter().filter(|s| **s == "host").count())
         .sum();
     assert_eq!(hosts, 18, "the other three processes map every image");
+    // A host hit maps the entry (an origin load may get the mapping too: its entry can land,
+    // and replace its pixels in the decoded cache, before the load hands its image out).
     for run in &runs {
-        for load in &run.loads {
-            assert_eq!(load["mapped"], load["source"] == "host", "{load}");
+        for load in run.loads.iter().filter(|l| l["source"] == "host") {
+            assert_eq!(load["mapped"], true, "{load}");
         }
     }
     assert_eq!(entries(&dir.0).len(), 6);
