@@ -20,11 +20,12 @@ use bytes::Bytes;
 use mmcache_scope::{CacheIdentity, ContentKey};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::image::Details;
-use crate::{
-    DecodeLimits, DecodeProfile, DecodedImage, ImageFormat, JpegDecoder, Mode, Opened,
-    PixelLayout, Transparency,
-};
+use crate::format::ImageFormat;
+use crate::image::{DecodeLimits, DecodedImage, Details};
+use crate::jpeg_choice::JpegDecoder;
+use crate::layout::PixelLayout;
+use crate::mode::{Mode, Opened, Transparency};
+use crate::profile::DecodeProfile;
 
 /// The alignment of an entry's pixels: its header is padded to a multiple of this (a page), so
 /// the pixels of a mapped entry start on a page boundary.

@@ -50,11 +50,9 @@ pub enum Tier {
     /// The disk tier: encoded bytes, read into memory; metrics `mmcache_disk_cache_*`.
     #[default]
     Disk,
-    /// The host pixel tier: entries that readers map ([`DiskCache::get_mapped_named`]),
-    /// made read-only (0400, or 0440 with a group) before they are renamed into place, and
-    /// mapped only while nobody may write them; metrics `mmcache_host_pixels_*`.
-    ///
-    /// [`DiskCache::get_mapped_named`]: crate::DiskCache::get_mapped_named
+    /// The host pixel tier: entries that readers map (`DiskCache::get_mapped_named`), made
+    /// read-only (0400, or 0440 with a group) before they are renamed into place, and mapped
+    /// only while nobody may write them; metrics `mmcache_host_pixels_*`.
     Host,
 }
 

@@ -56,6 +56,7 @@ mod fsops;
 mod guard;
 mod lock;
 mod mapped;
+mod mmap;
 mod named;
 mod read;
 mod sweep;
@@ -74,7 +75,8 @@ pub use config::{
 };
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};
-pub use mapped::{MAP_MIN_BYTES, MAX_MAPPINGS, MappedEntry};
+pub use mapped::MappedEntry;
+pub use mmap::{MAP_MIN_BYTES, MAX_MAPPINGS};
 pub use named::EntryName;
 pub use read::EntryStamp;
 pub use sweep::SWEEP_INTERVAL;

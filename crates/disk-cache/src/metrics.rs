@@ -1,8 +1,7 @@
-//! The disk tier's metrics, declared once; docs/metrics.md is generated from them.
+//! The metrics of the disk tier and of the host pixel tier, declared once; docs/metrics.md is
+//! generated from them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -15,7 +14,9 @@ macro_rules! family {
     ($(#[$doc:meta])* $module:ident, $prefix:literal, $What:literal, $what:literal, $hits:literal) => {
         $(#[$doc])*
         pub mod $module {
-            use super::*;
+            use mmcache_metrics::metric::{Kind, Metric, Unit};
+
+            use crate::metrics::{EvictReason, ReadOutcome, SkipReason, WriteOutcome};
 
             /// Reads by `outcome`.
             pub const READS: Metric = Metric::new(
@@ -182,10 +183,10 @@ pub(crate) struct Handles {
 }
 
 impl Handles {
-    pub(crate) fn new(tier: crate::Tier) -> Self {
+    pub(crate) fn new(tier: crate::config::Tier) -> Self {
         let m = match tier {
-            crate::Tier::Disk => disk::ALL,
-            crate::Tier::Host => host::ALL,
+            crate::config::Tier::Disk => disk::ALL,
+            crate::config::Tier::Host => host::ALL,
         };
         let [reads, read_bytes, writes, written, evictions, skipped, breaker] =
             [0, 1, 2, 3, 4, 5, 6].map(|i| m[i].name);

@@ -187,7 +187,7 @@ impl DiskCache {
             }
             // Used now: the sweep keeps the entries last used (mapped entries' times only).
             fsops::touch_access(&file);
-            if let Some(bytes) = crate::mapped::map(&file, len as u64)? {
+            if let Some(bytes) = crate::mmap::map(&file, len as u64)? {
                 return Ok(Found::Hit(bytes, true, EntryStamp(st)));
             }
             return self.read_file(&mut file, len).map(|v| match v {

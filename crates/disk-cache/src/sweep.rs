@@ -155,8 +155,8 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
                 // The disk tier's entries by when they were written; the host tier's by when
                 // they were last mapped (a hit refreshes the access time), so hot images stay.
                 let when = match inner.config.tier {
-                    crate::Tier::Disk => fsops::mtime(&st),
-                    crate::Tier::Host => fsops::used(&st),
+                    crate::config::Tier::Disk => fsops::mtime(&st),
+                    crate::config::Tier::Host => fsops::used(&st),
                 };
                 entries.push((when, st, i, name));
             }

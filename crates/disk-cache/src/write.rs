@@ -140,7 +140,7 @@ impl DiskCache {
             .try_for_each(|part| file.write_all(part))
             .and_then(|()| file.flush())
             .map_err(FsError::from);
-        if written.is_ok() && self.inner.config.tier == crate::Tier::Host {
+        if written.is_ok() && self.inner.config.tier == crate::config::Tier::Host {
             written = fsops::make_read_only(&file, owners);
         }
         let stat = written.and_then(|()| Ok(rustix::fs::fstat(&file)?));

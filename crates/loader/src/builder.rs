@@ -440,7 +440,7 @@ impl LoaderBuilder {
         });
         let host = config.host_pixels_config().map(|c| {
             let host = mmcache_disk_cache::DiskCache::new(c);
-            if host.status().is_enabled() && !crate::doctor::in_memory(&host.config().dir) {
+            if host.status().is_enabled() && !crate::config::in_memory(&host.config().dir) {
                 tracing::warn!(
                     "MMCACHE_HOST_PIXELS_DIR is not on a memory file system: the host's decoded \
                      pixels are written to a disk (use /dev/shm or a tmpfs)"

@@ -166,7 +166,7 @@ pub async fn run(loader: &Loader) -> Report {
             if !tier_dir(host, out) {
                 r.problems.push(Problem::HostRefused);
             }
-            if !in_memory(&host.config().dir) {
+            if !crate::config::in_memory(&host.config().dir) {
                 r.problems.push(Problem::HostNotInMemory);
             }
         }
@@ -293,7 +293,7 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
     let _ = writeln!(out, "  directory: {}", dir.display());
     describe_dir(dir, out);
     if tier.config().tier == mmcache_disk_cache::Tier::Host {
-        let verdict = if in_memory(dir) {
+        let verdict = if crate::config::in_memory(dir) {
             "yes"
         } else {
             "no: its entries are written to a disk (use /dev/shm or a tmpfs)"
@@ -321,14 +321,6 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
             true
         }
     }
-}
-
-/// Whether `dir` is on a memory file system (tmpfs, ramfs), as the host pixel tier wants.
-pub(crate) fn in_memory(dir: &Path) -> bool {
-    /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `statfs(2)`.
-    const MEMORY: [i64; 2] = [0x0102_1994, 0x8584_58f6];
-    #[allow(clippy::unnecessary_cast)] // i64 here, other widths on other targets
-    rustix::fs::statfs(dir).is_ok_and(|s| MEMORY.contains(&(s.f_type as i64)))
 }
 
 /// The entries of a tier's directory (`v1/<aa>/<digest>`) and their bytes, by name only (a

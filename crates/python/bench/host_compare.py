@@ -242,6 +242,13 @@ def hits(args, origin, cluster) -> list[dict]:
         h, b = s["host"], s[baseline]
         ratio = h["loads_per_s"] / b["loads_per_s"] if b["loads_per_s"] else None
         failed = h["failed"] + b["failed"]
+        # A baseline that failed loads gives no verdict (as the other comparisons judge it);
+        # a host-tier load that failed is a miss of the goal.
+        target = f">= {goal:g}x"
+        met = ratio is not None and ratio >= goal and h["failed"] == 0
+        if b["failed"]:
+            target += f" (no verdict: {baseline} failed {b['failed']} loads)"
+            met = None
         rows.append({
             "scenario": f"python: host pixel hit, JPEG 2048 px (PIL images), vs {baseline}",
             "subject": {"ops_per_s": round(h["loads_per_s"], 1), "p50_ms": round(h["p50_ms"], 3),
@@ -251,8 +258,8 @@ def hits(args, origin, cluster) -> list[dict]:
                          "p99_ms": round(b["p99_ms"], 3)},
             "ratio_kind": "x loads/s",
             "ratio": None if ratio is None else round(ratio, 3),
-            "target": f">= {goal:g}x",
-            "met": ratio is not None and ratio >= goal and failed == 0,
+            "target": target,
+            "met": met,
             "note": (f"decoded cache off (DYN_MM_IMAGE_CACHE_SIZE=0): every load a hit of the "
                      f"tier; CPU per load {h['cpu_ms_per_load']:.2f} ms "
                      f"({baseline} {b['cpu_ms_per_load']:.2f} ms); failed {failed}"),
@@ -286,8 +293,8 @@ def main() -> int:
         if origin is not None:
             origin.close()
     for r in rows:
-        print(f"| {r['scenario']} | {r['ratio']} {r['ratio_kind']} | {r['target']} "
-              f"| {'yes' if r['met'] else 'no'} |")
+        verdict = {True: "yes", False: "no", None: "-"}[r["met"]]
+        print(f"| {r['scenario']} | {r['ratio']} {r['ratio_kind']} | {r['target']} | {verdict} |")
     out = {
         "benchmark": "the host pixel tier: decodes per image, PSS, host hits",
         "recorded": args.recorded,
@@ -296,7 +303,7 @@ def main() -> int:
         "rounds": args.rounds,
         "elapsed_s": round(time.monotonic() - t0, 1),
         "rows": rows,
-        "all_targets_met": all(r["met"] for r in rows),
+        "all_targets_met": all(r["met"] is not False for r in rows),
     }
     write_out(args.out, out)
     return 0

@@ -32,7 +32,7 @@ pub use doc_tables::settings_doc_tables;
 pub use error::ConfigError;
 pub use memory::MemoryPart;
 pub use settings::{PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable};
-pub(crate) use tiers::disk_read_memory;
+pub(crate) use tiers::{disk_read_memory, in_memory};
 pub(crate) use validate::Given;
 
 /// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images

@@ -85,6 +85,14 @@ impl Config {
     }
 }
 
+/// Whether `dir` is on a memory file system (tmpfs, ramfs), as the host pixel tier wants.
+pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
+    /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `statfs(2)`.
+    const MEMORY: [i64; 2] = [0x0102_1994, 0x8584_58f6];
+    #[allow(clippy::unnecessary_cast)] // i64 here, other widths on other targets
+    rustix::fs::statfs(dir).is_ok_and(|s| MEMORY.contains(&(s.f_type as i64)))
+}
+
 /// The size of the file system `dir` is on (or would be made on: its nearest existing folder).
 fn file_system_size(dir: &std::path::Path) -> Option<u64> {
     let s = dir
