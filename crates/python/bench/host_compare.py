@@ -247,7 +247,7 @@ def hits(args, origin, cluster) -> list[dict]:
         target = f">= {goal:g}x"
         met = ratio is not None and ratio >= goal and h["failed"] == 0
         if b["failed"]:
-            target += f" (no verdict: {baseline} failed {b['failed']} loads)"
+            target = f"{goal:g}x (no verdict: {baseline} failed {b['failed']} loads)"
             met = None
         rows.append({
             "scenario": f"python: host pixel hit, JPEG 2048 px (PIL images), vs {baseline}",
