@@ -115,11 +115,7 @@ pub fn to_entry(image: &DecodedImage, key: &[u8; 32]) -> Option<Vec<Bytes>> {
     fn meta(m: Option<&Arc<[u8]>>) -> &[u8] {
         m.map_or(&[], |m| m)
     }
-    let (palette, exif, xmp) = (
-        meta(image.palette()),
-        meta(image.exif()),
-        meta(image.xmp()),
-    );
+    let (palette, exif, xmp) = (meta(image.palette()), meta(image.exif()), meta(image.xmp()));
     let (trans_kind, trans) = transparency_bytes(image.transparency());
     let meta_len = palette.len() + exif.len() + xmp.len() + trans.len();
     let header_len = (FIXED_LEN + meta_len).div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;

@@ -36,7 +36,12 @@ fn decoded(bytes: &[u8], profile: &DecodeProfile) -> DecodedImage {
 }
 
 fn joined(parts: &[Bytes]) -> Bytes {
-    Bytes::from(parts.iter().flat_map(|p| p.iter().copied()).collect::<Vec<u8>>())
+    Bytes::from(
+        parts
+            .iter()
+            .flat_map(|p| p.iter().copied())
+            .collect::<Vec<u8>>(),
+    )
 }
 
 const KEY: [u8; 32] = [7; 32];
@@ -70,8 +75,8 @@ fn an_entry_gives_back_the_same_image_with_its_pixels_on_a_page_boundary() {
         assert_eq!(parts[0].len() % ENTRY_ALIGN, 0);
         let entry = joined(&parts);
         let limits = DecodeLimits::default();
-        let back = from_entry(entry.clone(), &KEY, profile.layout, &limits, MAPPED, CHECK)
-            .expect("read");
+        let back =
+            from_entry(entry.clone(), &KEY, profile.layout, &limits, MAPPED, CHECK).expect("read");
         assert_eq!(back, image);
         assert!(back.is_mapped());
         assert_eq!(back.mode(), image.mode());
@@ -84,8 +89,15 @@ fn an_entry_gives_back_the_same_image_with_its_pixels_on_a_page_boundary() {
         assert_eq!(back.private_len(), back.memory_len() - back.mapped_len());
         assert_eq!(back.mapped_len(), entry.len(), "the whole entry is mapped");
         assert_eq!(image.mapped_len(), 0);
-        let copied = from_entry(entry.clone(), &KEY, profile.layout, &limits, EntryRead::Copied, CHECK)
-            .expect("read");
+        let copied = from_entry(
+            entry.clone(),
+            &KEY,
+            profile.layout,
+            &limits,
+            EntryRead::Copied,
+            CHECK,
+        )
+        .expect("read");
         assert!(!copied.is_mapped());
         assert_eq!(copied.private_len(), image.private_len());
         // The pixels view the entry: no copy.
@@ -100,7 +112,14 @@ fn a_damaged_truncated_or_foreign_entry_is_refused_never_read() {
     let entry = joined(&to_entry(&image, &KEY).expect("entry")).to_vec();
     let limits = DecodeLimits::default();
     let read = |bytes: Vec<u8>| {
-        from_entry(Bytes::from(bytes), &KEY, PixelLayout::Rgbx, &limits, MAPPED, CHECK)
+        from_entry(
+            Bytes::from(bytes),
+            &KEY,
+            PixelLayout::Rgbx,
+            &limits,
+            MAPPED,
+            CHECK,
+        )
     };
     assert!(read(entry.clone()).is_ok());
     // One pixel byte changed, anywhere.
@@ -114,19 +133,39 @@ fn a_damaged_truncated_or_foreign_entry_is_refused_never_read() {
     e[FIXED_LEN - 1] ^= 0x80; // padding after the fixed fields is covered too
     assert_eq!(read(e).unwrap_err(), EntryError::Checksum);
     // Truncated, extended.
-    assert!(matches!(read(entry[..entry.len() - 1].to_vec()), Err(EntryError::Length { .. })));
+    assert!(matches!(
+        read(entry[..entry.len() - 1].to_vec()),
+        Err(EntryError::Length { .. })
+    ));
     let mut longer = entry.clone();
     longer.push(0);
     assert!(matches!(read(longer), Err(EntryError::Length { .. })));
     // Another format, another version, another key.
-    assert_eq!(read(b"\x89PNG\r\n\x1a\n".repeat(40)).unwrap_err(), EntryError::Foreign);
+    assert_eq!(
+        read(b"\x89PNG\r\n\x1a\n".repeat(40)).unwrap_err(),
+        EntryError::Foreign
+    );
     let mut e = entry.clone();
     e[8] = 2;
     assert_eq!(read(e).unwrap_err(), EntryError::Foreign);
-    let other = from_entry(Bytes::from(entry.clone()), &[8; 32], PixelLayout::Rgbx, &limits, MAPPED, CHECK);
+    let other = from_entry(
+        Bytes::from(entry.clone()),
+        &[8; 32],
+        PixelLayout::Rgbx,
+        &limits,
+        MAPPED,
+        CHECK,
+    );
     assert_eq!(other.unwrap_err(), EntryError::WrongKey);
     // Another layout than the reader's profile.
-    let rgb = from_entry(Bytes::from(entry.clone()), &KEY, PixelLayout::Rgb, &limits, MAPPED, CHECK);
+    let rgb = from_entry(
+        Bytes::from(entry.clone()),
+        &KEY,
+        PixelLayout::Rgb,
+        &limits,
+        MAPPED,
+        CHECK,
+    );
     assert!(matches!(rgb, Err(EntryError::Invalid(_))));
     // Every failure but the limits' is damage.
     assert!(EntryError::Checksum.is_damaged() && !EntryError::Refused("x").is_damaged());
@@ -192,9 +231,20 @@ fn any_bytes_are_an_error_or_an_image_never_a_panic() {
             let cut = (next() as usize) % (e.len() + 1);
             e.truncate(cut);
         }
-        let read = from_entry(Bytes::from(e), &KEY, PixelLayout::Rgbx, &limits, MAPPED, CHECK);
+        let read = from_entry(
+            Bytes::from(e),
+            &KEY,
+            PixelLayout::Rgbx,
+            &limits,
+            MAPPED,
+            CHECK,
+        );
         if let Ok(back) = read {
-            assert_eq!(back.pixels(), image.pixels(), "a changed entry read as other pixels");
+            assert_eq!(
+                back.pixels(),
+                image.pixels(),
+                "a changed entry read as other pixels"
+            );
         }
     }
 }
@@ -207,13 +257,33 @@ fn the_write_back_of_a_known_file_skips_only_the_checksum() {
     let last = entry.len() - 1;
     entry[last] ^= 1;
     let read = |verify| {
-        from_entry(Bytes::from(entry.clone()), &KEY, PixelLayout::Rgb, &limits, MAPPED, verify)
+        from_entry(
+            Bytes::from(entry.clone()),
+            &KEY,
+            PixelLayout::Rgb,
+            &limits,
+            MAPPED,
+            verify,
+        )
     };
     assert_eq!(read(CHECK).unwrap_err(), EntryError::Checksum);
-    assert!(read(Verify::WrittenHere).is_ok(), "the checksum alone is skipped");
-    let wrong_key = from_entry(Bytes::from(entry.clone()), &[1; 32], PixelLayout::Rgb, &limits,
-        MAPPED, Verify::WrittenHere);
-    assert_eq!(wrong_key.unwrap_err(), EntryError::WrongKey, "the other checks still run");
+    assert!(
+        read(Verify::WrittenHere).is_ok(),
+        "the checksum alone is skipped"
+    );
+    let wrong_key = from_entry(
+        Bytes::from(entry.clone()),
+        &[1; 32],
+        PixelLayout::Rgb,
+        &limits,
+        MAPPED,
+        Verify::WrittenHere,
+    );
+    assert_eq!(
+        wrong_key.unwrap_err(),
+        EntryError::WrongKey,
+        "the other checks still run"
+    );
 }
 
 #[test]

@@ -119,9 +119,7 @@ family!(
     "host-pixel-tier"
 );
 
-pub use disk::{
-    ALL, BREAKER_OPENS, EVICTIONS, READ_BYTES, READS, SKIPPED, WRITES, WRITTEN_BYTES,
-};
+pub use disk::{ALL, BREAKER_OPENS, EVICTIONS, READ_BYTES, READS, SKIPPED, WRITES, WRITTEN_BYTES};
 
 mmcache_metrics::label_values! {
     /// The `outcome` label of [`READS`].
@@ -188,8 +186,15 @@ impl Handles {
             crate::config::Tier::Disk => disk::ALL,
             crate::config::Tier::Host => host::ALL,
         };
-        let [reads, read_bytes, writes, written, evictions, skipped, breaker] =
-            [0, 1, 2, 3, 4, 5, 6].map(|i| m[i].name);
+        let [
+            reads,
+            read_bytes,
+            writes,
+            written,
+            evictions,
+            skipped,
+            breaker,
+        ] = [0, 1, 2, 3, 4, 5, 6].map(|i| m[i].name);
         fn each<E: Copy>(
             all: &[E],
             make: impl Fn(E) -> ::metrics::Counter,

@@ -73,7 +73,10 @@ mod tests {
             .and_then(|mut f| f.write_all(b"pixels"))
             .expect("write");
         let file = std::fs::File::open(&path).expect("open");
-        assert!(map(&file, 6).expect("small").is_none(), "a small entry is read");
+        assert!(
+            map(&file, 6).expect("small").is_none(),
+            "a small entry is read"
+        );
         let mapped = map(&file, MAP_MIN_BYTES).expect("map").expect("mapped");
         let live = LIVE.load(Ordering::Relaxed);
         std::fs::remove_dir_all(&dir).expect("remove");
@@ -82,6 +85,10 @@ mod tests {
         drop(mapped);
         assert_eq!(&view[..], b"ix");
         drop(view);
-        assert_eq!(LIVE.load(Ordering::Relaxed), live - 1, "unmapped with its last view");
+        assert_eq!(
+            LIVE.load(Ordering::Relaxed),
+            live - 1,
+            "unmapped with its last view"
+        );
     }
 }

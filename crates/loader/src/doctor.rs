@@ -327,9 +327,16 @@ fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
 /// doctor's look, not the tier's trusted read).
 fn held(dir: &Path) -> (u64, u64) {
     let (mut entries, mut bytes) = (0, 0);
-    let shards = std::fs::read_dir(dir.join("v1")).into_iter().flatten().flatten();
+    let shards = std::fs::read_dir(dir.join("v1"))
+        .into_iter()
+        .flatten()
+        .flatten();
     for shard in shards.filter(|s| s.file_name().len() == 2) {
-        for entry in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if let Ok(m) = entry.metadata() {
                 entries += 1;
                 bytes += m.len();

@@ -114,7 +114,11 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
         if name.len() != 2 {
             continue; // tmp, locks, sweep.lock
         }
-        for e in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             out.push(e.path());
         }
     }
@@ -129,10 +133,7 @@ fn images_at(origin: &TestOrigin, n: u32, delay: Duration) -> Vec<String> {
             let path = format!("/img-{i}.png");
             // Over 64 KiB of pixels: smaller entries are read, not mapped.
             let body = images::png(200, 150, i);
-            origin.set(
-                &path,
-                Route::Delay(delay, Box::new(Route::ok(body))),
-            );
+            origin.set(&path, Route::Delay(delay, Box::new(Route::ok(body))));
             origin.url(&path)
         })
         .collect()
@@ -160,7 +161,11 @@ fn a_hosts_processes_decode_each_image_once_and_map_the_same_pixels() {
     assert_eq!(origin.total_hits() - before, 6, "one download per image");
     for run in &runs {
         for (url, want) in urls.iter().zip(&want) {
-            assert_eq!(run.digest(url), want, "{url}: the same pixels in every process");
+            assert_eq!(
+                run.digest(url),
+                want,
+                "{url}: the same pixels in every process"
+            );
         }
     }
     let hosts: usize = runs
@@ -206,7 +211,10 @@ fn damaged_foreign_or_rewritten_entries_are_misses_and_are_replaced() {
         ("a header field changed", flipped_header),
         ("truncated", good[..len - 4096].to_vec()),
         ("extended", [good.clone(), vec![0; 10]].concat()),
-        ("not an entry", b"\x89PNG\r\n\x1a\nnot a pixel entry".repeat(300)),
+        (
+            "not an entry",
+            b"\x89PNG\r\n\x1a\nnot a pixel entry".repeat(300),
+        ),
         ("empty", Vec::new()),
     ];
     for (what, bytes) in cases {
@@ -216,7 +224,11 @@ fn damaged_foreign_or_rewritten_entries_are_misses_and_are_replaced() {
         std::fs::rename(&tmp, &entry).expect("rename over the entry");
         let run = once(&dir.0, &urls);
         assert_eq!(run.digest(url), want[0], "{what}: the right pixels");
-        assert_ne!(run.sources(), ["host"], "{what}: not served from the planted file");
+        assert_ne!(
+            run.sources(),
+            ["host"],
+            "{what}: not served from the planted file"
+        );
         // Replaced by the load that missed: the next process maps it again.
         let run = once(&dir.0, &urls);
         assert_eq!(run.sources(), ["host"], "{what}: replaced");
@@ -233,7 +245,11 @@ fn damaged_foreign_or_rewritten_entries_are_misses_and_are_replaced() {
     std::fs::copy(&planted, entry.with_extension("planted")).expect("copy");
     std::fs::rename(entry.with_extension("planted"), &entry).expect("rename");
     let run = once(&dir.0, &urls);
-    assert_eq!(run.digest(url), want[0], "another key's entry is not this image");
+    assert_eq!(
+        run.digest(url),
+        want[0],
+        "another key's entry is not this image"
+    );
     assert_eq!(run.sources(), ["origin"]);
     // A writable entry is not mapped; a link is not followed.
     set_mode(&entry, 0o600);
@@ -299,7 +315,10 @@ fn processes_map_entries_while_others_evict_them() {
             hosts += usize::from(load["source"] == "host");
         }
     }
-    assert!(hosts > 0, "some loads mapped an entry before it was evicted");
+    assert!(
+        hosts > 0,
+        "some loads mapped an entry before it was evicted"
+    );
     // Two entries fit under 90 % of the budget; each process's last write may not have been
     // swept yet when it exited.
     let left = entries(&dir.0).len();

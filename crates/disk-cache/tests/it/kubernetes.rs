@@ -127,7 +127,11 @@ fn kubelet_made_directory_is_shared_by_pods_of_different_uids() {
         .lines()
         .filter(|l| l.contains("mountPath") && l.contains("image-disk-cache"))
         .collect();
-    assert_eq!(mounts.len(), 2, "the init container and the worker mount the volume");
+    assert_eq!(
+        mounts.len(),
+        2,
+        "the init container and the worker mount the volume"
+    );
     for line in mounts {
         assert_eq!(
             manifest::value(line, "mountPath"),

@@ -95,9 +95,7 @@ pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
 
 /// The size of the file system `dir` is on (or would be made on: its nearest existing folder).
 fn file_system_size(dir: &std::path::Path) -> Option<u64> {
-    let s = dir
-        .ancestors()
-        .find_map(|d| rustix::fs::statvfs(d).ok())?;
+    let s = dir.ancestors().find_map(|d| rustix::fs::statvfs(d).ok())?;
     Some(s.f_blocks.saturating_mul(s.f_frsize))
 }
 

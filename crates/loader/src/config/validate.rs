@@ -83,8 +83,7 @@ impl Config {
             .validate()
             .map_err(|e| given.tier(CheckedBy::Host(e.field), &e.value, e.expected))?;
         // Two tiers in one directory would sweep each other's entries against their budgets.
-        if self.host_enabled() && self.disk_enabled() && same_dir(&self.host.dir, &self.disk.dir)
-        {
+        if self.host_enabled() && self.disk_enabled() && same_dir(&self.host.dir, &self.disk.dir) {
             let held = self.host.dir.display().to_string();
             return Err(given.invalid(
                 env::HOST_PIXELS_DIR,

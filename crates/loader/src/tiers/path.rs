@@ -38,20 +38,33 @@ impl Tiers {
         // image, the others wait for its pixels); map again. The entry's write takes the lock
         // over.
         if let Some(image) = host.read(identity, want).await {
-            return Ok(Loaded::decoded(image.clone(), Source::Host, image.encoded_len()));
+            return Ok(Loaded::decoded(
+                image.clone(),
+                Source::Host,
+                image.encoded_len(),
+            ));
         }
         let lock = host.lock(identity, want).await;
         if let Some(image) = host.read(identity, want).await {
-            return Ok(Loaded::decoded(image.clone(), Source::Host, image.encoded_len()));
+            return Ok(Loaded::decoded(
+                image.clone(),
+                Source::Host,
+                image.encoded_len(),
+            ));
         }
         let outcome = self.fill_bytes(identity, url, want).await;
         match &outcome {
             Ok(loaded) => {
                 // In the decoded cache first (the load's own insert then finds it there), so
                 // that the write's swap for the mapping finds it too.
-                let image = self.memory.insert(identity, want.variant, loaded.image.clone());
+                let image = self
+                    .memory
+                    .insert(identity, want.variant, loaded.image.clone());
                 host.publish(identity, want, image.clone(), lock);
-                Ok(Loaded { image, ..loaded.clone() })
+                Ok(Loaded {
+                    image,
+                    ..loaded.clone()
+                })
             }
             Err(_) => {
                 host.not_written(identity, want);

@@ -46,7 +46,10 @@ fn entries(dir: &Path) -> usize {
 
 /// Waits for the background writes of `loader` (the entry and the swap to its mapping).
 async fn settle(loader: &Loader) {
-    assert!(loader.shutdown(Duration::from_secs(10)).await, "writes landed");
+    assert!(
+        loader.shutdown(Duration::from_secs(10)).await,
+        "writes landed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,19 +109,32 @@ async fn a_mapping_outlives_its_entry_evicted_replaced_or_its_directory_removed(
         .await
         .unwrap();
     assert_eq!((left, entries(&dir.0)), (0, 0), "evicted");
-    assert_eq!(held.image.pixels(), &want[..], "the mapping outlives its eviction");
+    assert_eq!(
+        held.image.pixels(),
+        &want[..],
+        "the mapping outlives its eviction"
+    );
     // Written again by the next load, then replaced under the mapping, then the directory
     // removed altogether.
     let again = builder(&dir.0).build().unwrap();
-    assert_eq!(again.load_detailed(&url, None).await.unwrap().source, Source::Origin);
+    assert_eq!(
+        again.load_detailed(&url, None).await.unwrap().source,
+        Source::Origin
+    );
     settle(&again).await;
     let other = builder(&dir.0).build().unwrap();
-    assert_eq!(other.load_detailed(&url, None).await.unwrap().source, Source::Host);
+    assert_eq!(
+        other.load_detailed(&url, None).await.unwrap().source,
+        Source::Host
+    );
     std::fs::remove_dir_all(&dir.0).unwrap();
     assert_eq!(held.image.pixels(), &want[..], "the mapping is intact");
     // The next load in a third process-like loader misses, decodes and writes the entry again.
     let third = builder(&dir.0).build().unwrap();
-    assert_eq!(third.load_detailed(&url, None).await.unwrap().source, Source::Origin);
+    assert_eq!(
+        third.load_detailed(&url, None).await.unwrap().source,
+        Source::Origin
+    );
     settle(&third).await;
     assert_eq!(entries(&dir.0), 1);
     assert_eq!(held.image.pixels(), &want[..]);
@@ -159,21 +175,34 @@ async fn profiles_and_scopes_never_alias_and_a_loaders_limits_hold_for_what_it_m
     w.load(&url, a.as_ref()).await.unwrap();
     w.load(&url, None).await.unwrap();
     settle(&w).await;
-    assert_eq!(entries(&dir.0), profiles.len() + 1, "the scope's entry; none unscoped");
+    assert_eq!(
+        entries(&dir.0),
+        profiles.len() + 1,
+        "the scope's entry; none unscoped"
+    );
     let r = scoped();
-    assert_eq!(r.load_detailed(&url, a.as_ref()).await.unwrap().source, Source::Host);
-    assert_eq!(r.load_detailed(&url, b.as_ref()).await.unwrap().source, Source::Origin);
+    assert_eq!(
+        r.load_detailed(&url, a.as_ref()).await.unwrap().source,
+        Source::Host
+    );
+    assert_eq!(
+        r.load_detailed(&url, b.as_ref()).await.unwrap().source,
+        Source::Origin
+    );
     // A loader with a smaller pixel limit refuses the entry another wrote, as it refuses the
     // image: the entry stays for the others.
-    let small = builder(&dir.0)
-        .max_pixels(40 * 30 - 1)
-        .build()
-        .unwrap();
+    let small = builder(&dir.0).max_pixels(40 * 30 - 1).build().unwrap();
     let refused = small.load(&url, None).await.unwrap_err();
     assert_eq!(refused.http_status(), 413);
-    assert_eq!(reader.load_detailed(&url, None).await.unwrap().source, Source::Memory);
+    assert_eq!(
+        reader.load_detailed(&url, None).await.unwrap().source,
+        Source::Memory
+    );
     let fresh = builder(&dir.0).build().unwrap();
-    assert_eq!(fresh.load_detailed(&url, None).await.unwrap().source, Source::Host);
+    assert_eq!(
+        fresh.load_detailed(&url, None).await.unwrap().source,
+        Source::Host
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,12 +232,19 @@ async fn mapped_images_are_charged_their_share_of_the_tier_not_their_bytes() {
         assert_eq!(l.source, Source::Host);
         mapped += l.image.mapped_len() as u64;
     }
-    assert_eq!(mapped, 4 * (4096 + 200 * 150 * 3), "the whole entries are mapped");
+    assert_eq!(
+        mapped,
+        4 * (4096 + 200 * 150 * 3),
+        "the whole entries are mapped"
+    );
     let held = reader.decoded_cache().stats().bytes;
     let overhead = 4 * mmcache_decode::ENTRY_OVERHEAD_BYTES;
     assert!(
         held <= mapped / 16 + overhead + 64,
         "charged {held} for {mapped} mapped bytes"
     );
-    assert!(held >= mapped / 16, "charged {held} for {mapped} mapped bytes");
+    assert!(
+        held >= mapped / 16,
+        "charged {held} for {mapped} mapped bytes"
+    );
 }
