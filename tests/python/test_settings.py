@@ -20,7 +20,7 @@ DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_the_keywords_are_the_declared_settings():
-    assert len(_native.SETTINGS) == 47
+    assert len(_native.SETTINGS) == 52
     assert all(v.startswith(("DYN_MM_", "MMCACHE_")) for v in _native.SETTINGS.values())
     assert len(set(_native.SETTINGS.values())) == len(_native.SETTINGS)
     assert set(_native.SETTINGS.values()) <= set(_native.VARIABLES)

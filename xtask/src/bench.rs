@@ -30,7 +30,7 @@ mod outcome;
 mod python;
 mod report;
 
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 16] = [
     "decode",
     "cache-insert",
     "policy-dns",
@@ -46,6 +46,7 @@ const SCENARIOS: [&str; 15] = [
     "embed",
     "vllm",
     "sglang",
+    "host",
 ];
 
 /// `cargo xtask bench`'s options, which every scenario reads.
@@ -283,7 +284,8 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
             "outage-refused" => rt.block_on(outage::outage_refused(&o, &origin))?,
             "outage-hung" => rt.block_on(outage::outage_hung(&o, &origin))?,
             "stampede" => rt.block_on(fleet::stampede(&o, &cluster, &origin))?,
-            "python" => python::dynamo_compare(&o)?,
+            "python" => python::bench_venv_script(&o, "dynamo_compare.py", "python")?,
+            "host" => python::bench_venv_script(&o, "host_compare.py", "host")?,
             engine @ ("vllm" | "sglang") => python::engines_compare(&o, engine)?,
             "embed" => rt.block_on(async {
                 let mut rows = embed::rows(&o, &cluster).await?;
@@ -300,7 +302,7 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
         rows.extend(new_rows);
     }
     if rows.is_empty() {
-        // Only scenarios with outputs of their own (python, vllm, sglang) ran: keep the last Rust table.
+        // Only scenarios with outputs of their own (python, vllm, sglang, host) ran: keep the last Rust table.
         println!("outputs in {}", o.out.display());
         return Ok(());
     }
@@ -309,7 +311,7 @@ fn run_with(o: Opts) -> anyhow::Result<()> {
     std::fs::write(o.out.join("results.md"), &table)?;
     let mut json = report::json(&rows, &o);
     // The Python rows (higher is better, met as the scripts judged them) join the record.
-    for name in ["python", "vllm", "sglang"] {
+    for name in ["python", "vllm", "sglang", "host"] {
         if o.chosen.iter().any(|c| c == name) {
             json["rows"]
                 .as_array_mut()

@@ -22,6 +22,9 @@ pub(crate) struct LoadArgs {
     /// Print the Prometheus scrape text at the end
     #[arg(long)]
     pub(crate) metrics: bool,
+    /// With --json: each image's pixel digest too (blake3, hex)
+    #[arg(long, requires = "json")]
+    pub(crate) digest: bool,
     /// Image URLs, loaded in order
     #[arg(value_name = "URL", required = true)]
     pub(crate) urls: Vec<String>,
@@ -44,10 +47,14 @@ pub(crate) async fn run(args: LoadArgs) -> anyhow::Result<u8> {
                 tally.ok(l.source);
                 let bytes = l.encoded_len;
                 if args.json {
-                    let v = serde_json::json!({
+                    let mut v = serde_json::json!({
                         "url": url, "ok": true, "source": l.source.as_str(), "bytes": bytes,
                         "width": l.image.width(), "height": l.image.height(), "ms": ms_json,
+                        "mapped": l.image.is_mapped(),
                     });
+                    if args.digest {
+                        v["pixels"] = blake3::hash(l.image.pixels()).to_hex().as_str().into();
+                    }
                     println!("{v}");
                 } else {
                     let bytes = bytes.map_or_else(|| "-".to_owned(), |b| b.to_string());

@@ -2,15 +2,8 @@
 
 use mmcache_loader::Source;
 
-/// Every source, in the order a load tries them.
-const SOURCES: [Source; 6] = [
-    Source::Memory,
-    Source::Inflight,
-    Source::Disk,
-    Source::Shared,
-    Source::Origin,
-    Source::Data,
-];
+/// Every source, in the order a load tries them (the order they are declared in).
+const SOURCES: &[Source] = Source::ALL;
 
 /// Loads that succeeded, by source, and loads that failed.
 #[derive(Debug, Default)]
@@ -34,7 +27,7 @@ impl Tally {
         self.failed > 0
     }
 
-    /// `N URLs, K ok, F failed (memory=… inflight=… disk=… shared=… origin=… data=…)`.
+    /// `N URLs, K ok, F failed (memory=… inflight=… host=… disk=… shared=… origin=… data=…)`.
     pub(crate) fn summary(&self) -> String {
         let ok: u64 = self.by_source.iter().sum();
         let sources: Vec<String> = SOURCES
@@ -63,7 +56,7 @@ mod tests {
         t.failed();
         assert_eq!(
             t.summary(),
-            "3 URLs, 2 ok, 1 failed (memory=1 inflight=0 disk=0 shared=0 origin=1 data=0)"
+            "3 URLs, 2 ok, 1 failed (memory=1 inflight=0 host=0 disk=0 shared=0 origin=1 data=0)"
         );
         assert!(t.any_failed());
     }

@@ -250,6 +250,25 @@ impl<V: Clone> WeightedCache<V> {
         self.contains(&key).then_some(value)
     }
 
+    /// Replaces the value under `key` with `value` if one is held there and `replaces` says so
+    /// of it; atomic with [`WeightedCache::insert_if_absent`]. Whether `value` is held now.
+    pub(crate) fn replace_if(
+        &self,
+        key: Key,
+        replaces: impl FnOnce(&V) -> bool,
+        value: V,
+        payload: u64,
+    ) -> bool {
+        let stripe = &self.insert_locks[usize::from(key[0]) % INSERT_LOCKS];
+        let _turn = stripe.lock().unwrap_or_else(|p| p.into_inner());
+        match self.get(&key) {
+            Some(held) if replaces(&held) => self.remove(&key),
+            _ => return false,
+        }
+        self.insert(key, value, payload);
+        self.contains(&key)
+    }
+
     pub(crate) fn contains(&self, key: &Key) -> bool {
         self.cache.as_ref().is_some_and(|c| c.contains_key(key))
     }

@@ -39,6 +39,10 @@ pub struct DecodedCache {
     /// Identity key → content slot. An alias whose image was evicted is a miss (and is
     /// dropped when found); evicting an alias frees nothing but that key.
     aliases: Option<Cache<Key, Key>>,
+    max_bytes: u64,
+    /// What a mapped image's bytes are charged, per byte: this cache's budget over the host
+    /// pixel tier's, at most 1 (see [`DecodedCache::with_host_budget`]).
+    mapped_rate: f64,
 }
 
 impl std::fmt::Debug for DecodedCache {
@@ -90,7 +94,27 @@ impl DecodedCache {
         Self {
             inner: WeightedCache::new(max_bytes, max_entries, sizing, gauges),
             aliases,
+            mapped_rate: 1.0,
+            max_bytes,
         }
+    }
+
+    /// This cache, charging the images it maps from a host pixel tier of `host_bytes` (shared
+    /// with the host's other processes, counted in that tier's budget) not their bytes but
+    /// their share of that tier: bytes x this budget / `host_bytes` (never more than their
+    /// bytes). Its own pixels are charged in full as always. So a process holds at most its
+    /// budget of pixels of its own, or the host tier's whole size in mapped ones, or the same
+    /// share of each: what it maps is not counted twice, and what it keeps mapped after the
+    /// host tier evicted it stays bounded.
+    pub fn with_host_budget(mut self, host_bytes: u64) -> Self {
+        self.mapped_rate = (self.max_bytes as f64 / host_bytes.max(1) as f64).min(1.0);
+        self
+    }
+
+    /// What `image` is charged (before the per-entry overhead).
+    fn weight(&self, image: &DecodedImage) -> u64 {
+        let mapped = (image.mapped_len() as f64 * self.mapped_rate).ceil() as u64;
+        image.private_len() as u64 + mapped
     }
 
     /// The image cached for `identity`; a hit counts as a use, which protects it from eviction.
@@ -157,13 +181,34 @@ impl DecodedCache {
             self.inner.remove(&old); // what `identity` named before goes, as without sharing
         }
         // Insert-if-absent: of racing inserts of one content, all get the first copy.
-        let weight = image.memory_len() as u64;
+        let weight = self.weight(&image);
         let Some(held) = self.inner.insert_if_absent(slot, image.clone(), weight) else {
             aliases.remove(&id); // too heavy: not stored
             return image;
         };
         aliases.insert(id, slot);
         held
+    }
+
+    /// Swaps `own`, an image a load decoded into this process's memory and inserted for
+    /// `identity`, for `mapped`, the same image mapped from the host pixel tier once it was
+    /// written there: every identity that named `own` then names `mapped`, and `own`'s pixels
+    /// are freed when the last caller drops them. Only where the cache still holds `own` itself:
+    /// an image evicted, removed or replaced since stays so. Whether `mapped` is held now.
+    pub fn adopt_mapped_as(
+        &self,
+        identity: &CacheIdentity,
+        variant: Variant,
+        own: &Arc<DecodedImage>,
+        mapped: Arc<DecodedImage>,
+    ) -> bool {
+        if self.aliases.is_none() || own.content_key() != mapped.content_key() {
+            return false;
+        }
+        let slot = variant.apply(content_slot(identity, &mapped.content_key()));
+        let weight = self.weight(&mapped);
+        self.inner
+            .replace_if(slot, |held| Arc::ptr_eq(held, own), mapped, weight)
     }
 
     /// Forgets `identity` and its image (so its memory is freed); other identities of the same

@@ -189,7 +189,12 @@ pub struct DecodedImage {
     content_key: ContentKey,
     /// vLLM's hash of these pixels, computed on first use.
     vllm_hash: OnceLock<[u8; 32]>,
-    pixels: Vec<u8>,
+    /// A buffer of this process's own, or a read-only view of a host-tier entry mapped from a
+    /// memory file system, shared with the host's other processes.
+    pixels: Bytes,
+    /// The length of the mapped entry the pixels view (header included), 0 when they are this
+    /// process's own.
+    mapped_len: usize,
     mode: Mode,
     opened: Opened,
     orientation: u16,
@@ -297,6 +302,17 @@ impl DecodedImage {
         &self.pixels
     }
 
+    /// The pixels as a shared handle (a reference count, no copy).
+    pub fn pixel_bytes(&self) -> &Bytes {
+        &self.pixels
+    }
+
+    /// Whether the pixels (and kept bytes) are a read-only mapping of a host-tier entry,
+    /// shared with the host's other processes, rather than this process's own memory.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped_len > 0
+    }
+
     /// The mode of [`pixels`](Self::pixels): [`Mode::Rgb`] unless the profile kept the
     /// original mode, [`Mode::Undecoded`] when the bytes came back for the caller to decode.
     pub fn mode(&self) -> Mode {
@@ -374,14 +390,32 @@ impl DecodedImage {
         image
     }
 
-    /// What the image holds in memory: its pixels, its kept bytes and its metadata.
+    /// What the image holds in memory: its pixels, its kept bytes and its metadata, whether
+    /// its own or mapped ([`private_len`](Self::private_len) + [`mapped_len`](Self::mapped_len)).
     pub fn memory_len(&self) -> usize {
+        self.private_len() + self.mapped_len()
+    }
+
+    /// What the image holds in this process's own memory: everything for a decoded image;
+    /// only its metadata for a mapped one ([`is_mapped`](Self::is_mapped)).
+    pub fn private_len(&self) -> usize {
         let meta = |m: &Option<Arc<[u8]>>| m.as_ref().map_or(0, |m| m.len());
-        self.pixels.len()
-            + self.source.as_ref().map_or(0, Bytes::len)
-            + meta(&self.palette)
-            + meta(&self.exif)
-            + meta(&self.xmp)
+        let own = meta(&self.palette) + meta(&self.exif) + meta(&self.xmp);
+        if self.is_mapped() {
+            own
+        } else {
+            own + self.payload_len()
+        }
+    }
+
+    /// The bytes of the host-tier mapping this image views (the whole entry: header, pixels
+    /// and kept bytes); 0 for an image of this process's own.
+    pub fn mapped_len(&self) -> usize {
+        self.mapped_len
+    }
+
+    fn payload_len(&self) -> usize {
+        self.pixels.len() + self.source.as_ref().map_or(0, Bytes::len)
     }
 
     /// An RGB image of `pixels` with nothing beside them.
@@ -400,7 +434,8 @@ impl DecodedImage {
             layout,
             content_key,
             vllm_hash: OnceLock::new(),
-            pixels,
+            pixels: Bytes::from(pixels),
+            mapped_len: 0,
             mode: Mode::Rgb,
             opened: Opened {
                 mode: Mode::Rgb,
@@ -414,6 +449,24 @@ impl DecodedImage {
             source: None,
             encoded_len: 0,
             undecoded: None,
+        }
+    }
+
+    /// This image with the pixels and kept bytes of a host-tier entry (views of its bytes),
+    /// `mapped_len` the length of the entry mapped (0: read into this process's memory).
+    pub(crate) fn with_entry_payload(
+        self,
+        pixels: Bytes,
+        source: Option<Bytes>,
+        encoded_len: usize,
+        mapped_len: usize,
+    ) -> Self {
+        Self {
+            pixels,
+            source,
+            encoded_len,
+            mapped_len,
+            ..self
         }
     }
 
@@ -461,9 +514,10 @@ impl DecodedImage {
         )
     }
 
-    /// Takes the pixel buffer (in [`layout`](Self::layout)).
+    /// Takes the pixel buffer (in [`layout`](Self::layout)): without a copy when this image
+    /// holds the only handle to pixels of its own, else a copy.
     pub fn into_pixels(self) -> Vec<u8> {
-        self.pixels
+        Vec::from(self.pixels)
     }
 }
 

@@ -94,6 +94,7 @@ mod meta;
 pub mod metrics;
 mod mode;
 mod native;
+mod pixel_entry;
 mod png;
 mod png_native;
 mod profile;
@@ -122,6 +123,9 @@ pub use crate::image::{
 pub use crate::jpeg_choice::{JpegDecoder, JpegDecoderChoice, JpegSelection, select_jpeg_decoder};
 pub use crate::layout::PixelLayout;
 pub use crate::mode::{Mode, Opened, Transparency};
+pub use crate::pixel_entry::{
+    ENTRY_ALIGN, EntryError, EntryRead, Verify, from_entry, host_entry_key, to_entry,
+};
 pub use crate::profile::{ColorPolicy, DecodeProfile, Fallback, Orientation, Variant};
 pub use crate::profiled::{decode_as, decode_profiled, encoded, hand_back, memory_for};
 

@@ -173,7 +173,7 @@ impl DecodeProfile {
     }
 
     /// This profile's bytes, one value per distinct profile.
-    fn encode(&self) -> [u8; 8] {
+    pub(crate) fn encode(&self) -> [u8; 8] {
         let (color, bg) = match self.color {
             ColorPolicy::Rgb => (0, [0; 3]),
             ColorPolicy::RgbOver { background } => (1, background),

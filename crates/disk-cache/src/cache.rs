@@ -104,7 +104,7 @@ impl DiskCache {
     pub fn new(config: DiskCacheConfig) -> Self {
         let owners = Owners::new(config.group);
         let (status, v1) = trust::check_at_start(&config.dir, owners, config.timeout);
-        let metrics = Arc::new(metrics::Handles::new());
+        let metrics = Arc::new(metrics::Handles::new(config.tier));
         let guard = Guard::new(config.timeout, config.max_blocking_ops, metrics.clone());
         Self {
             inner: Arc::new(Inner {

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 /// Default byte budget: 10 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+/// Default byte budget of a [`Tier::Host`] cache (decoded pixels in memory): 4 GiB.
+pub const DEFAULT_HOST_MAX_BYTES: u64 = 4 << 30;
 /// Default entry TTL: one hour, as the shared cache's.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// Default largest entry read or written: 64 MiB, as a download.
@@ -36,6 +38,22 @@ pub struct DiskCacheConfig {
     pub timeout: Duration,
     /// Blocking disk operations at once. Default [`DEFAULT_MAX_BLOCKING_OPS`].
     pub max_blocking_ops: usize,
+    /// What the directory holds: encoded bytes on a disk (the default), or decoded pixels on a
+    /// memory file system that readers map ([`Tier::Host`]).
+    pub tier: Tier,
+}
+
+/// What a cache's directory holds, which names its metrics and sets how its entries are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Tier {
+    /// The disk tier: encoded bytes, read into memory; metrics `mmcache_disk_cache_*`.
+    #[default]
+    Disk,
+    /// The host pixel tier: entries that readers map (`DiskCache::get_mapped_named`), made
+    /// read-only (0400, or 0440 with a group) before they are renamed into place, and mapped
+    /// only while nobody may write them; metrics `mmcache_host_pixels_*`.
+    Host,
 }
 
 /// Longest entry TTL accepted: 365 days (the shared cache's bound too).
@@ -82,6 +100,16 @@ impl DiskCacheConfig {
         Ok(())
     }
 
+    /// Defaults of a [`Tier::Host`] cache in `dir` (an empty path: not placed yet): the budget
+    /// [`DEFAULT_HOST_MAX_BYTES`], the other fields as [`DiskCacheConfig::new`].
+    pub fn host(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            max_bytes: DEFAULT_HOST_MAX_BYTES,
+            tier: Tier::Host,
+            ..Self::new(dir)
+        }
+    }
+
     /// Defaults for `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -92,6 +120,7 @@ impl DiskCacheConfig {
             group: None,
             timeout: DEFAULT_TIMEOUT,
             max_blocking_ops: DEFAULT_MAX_BLOCKING_OPS,
+            tier: Tier::Disk,
         }
     }
 }

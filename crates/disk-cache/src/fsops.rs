@@ -28,6 +28,8 @@ pub(crate) enum Skip {
     Foreign,
     /// The directory (or a folder in it) is writable by every user, or owned by another.
     UntrustedDir,
+    /// An entry to map that someone may write (its mode has a write bit).
+    Writable,
 }
 
 impl Skip {
@@ -37,6 +39,7 @@ impl Skip {
             Skip::NotRegular => SkipReason::NotRegular,
             Skip::Foreign => SkipReason::Foreign,
             Skip::UntrustedDir => SkipReason::UntrustedDir,
+            Skip::Writable => SkipReason::Writable,
         }
     }
 
@@ -110,6 +113,13 @@ impl Owners {
     /// Entries and temporary files: 0600, or 0640 for the group.
     pub(crate) fn file_mode(&self) -> Mode {
         Mode::from_raw_mode(if self.group.is_some() { 0o640 } else { 0o600 })
+    }
+
+    /// Entries to map, once written: 0400, or 0440 for the group. Nobody may write them, so
+    /// no process changes (or truncates) what another has mapped without first changing
+    /// their mode, which a reader checks.
+    pub(crate) fn read_only_mode(&self) -> Mode {
+        Mode::from_raw_mode(if self.group.is_some() { 0o440 } else { 0o400 })
     }
 
     /// Lock files: the group may also refresh their times (which needs write access).
@@ -317,6 +327,45 @@ pub(crate) fn create_file_at(dir: impl AsFd, name: &str, owners: &Owners) -> FsR
     let fd = fs::openat(&dir, &name, flags, owners.file_mode())?;
     owners.adopt(&fd, owners.file_mode());
     Ok(File::from(fd))
+}
+
+/// Makes a written file read-only to everyone ([`Owners::read_only_mode`]).
+pub(crate) fn make_read_only(file: &File, owners: &Owners) -> FsResult<()> {
+    Ok(fs::fchmod(file, owners.read_only_mode())?)
+}
+
+/// Sets `file`'s access time to now, leaving its modification time (the TTL's) as it is. Best
+/// effort: a file of the group's, not ours, may refuse it.
+pub(crate) fn touch_access(file: &File) {
+    let times = fs::Timestamps {
+        last_access: fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: fs::UTIME_NOW,
+        },
+        last_modification: fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: fs::UTIME_OMIT,
+        },
+    };
+    let _ = fs::futimens(file, &times);
+}
+
+/// When the file `st` describes was last used: its access or its modification time, the
+/// later (a host pixel entry's hits refresh its access time).
+pub(crate) fn used(st: &Stat) -> SystemTime {
+    #[allow(clippy::unnecessary_cast)] // u64 here, u32 on some targets
+    let nanos = Duration::from_nanos(st.st_atime_nsec as u64);
+    let atime = if st.st_atime >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(st.st_atime as u64) + nanos
+    } else {
+        SystemTime::UNIX_EPOCH
+    };
+    atime.max(mtime(st))
+}
+
+/// Whether anyone may write the file `st` describes.
+pub(crate) fn writable(st: &Stat) -> bool {
+    st.st_mode & 0o222 != 0
 }
 
 fn check_file(st: &Stat, owners: &Owners) -> FsResult<()> {

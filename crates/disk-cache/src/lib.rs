@@ -55,6 +55,8 @@ mod dirs;
 mod fsops;
 mod guard;
 mod lock;
+mod mapped;
+mod mmap;
 mod named;
 mod read;
 mod sweep;
@@ -67,11 +69,14 @@ pub mod metrics;
 pub use cache::Stall;
 pub use cache::{CLOCK_SKEW, DiskCache, ReadHold, ReadMemory, TryReadMemory, entry_path};
 pub use config::{
-    DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES, DEFAULT_TIMEOUT,
-    DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, Field, Invalid, MAX_TIMEOUT, MAX_TTL, group_id,
+    DEFAULT_HOST_MAX_BYTES, DEFAULT_MAX_BLOCKING_OPS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRY_BYTES,
+    DEFAULT_TIMEOUT, DEFAULT_TTL, DiskCacheConfig, DiskCacheStats, Field, Invalid, MAX_TIMEOUT,
+    MAX_TTL, Tier, group_id,
 };
 pub use guard::{BREAKER_COOLDOWN, BREAKER_FAILURES, PERMIT_WAIT};
 pub use lock::{Fill, FillLock};
+pub use mapped::MappedEntry;
+pub use mmap::{MAP_MIN_BYTES, MAX_MAPPINGS};
 pub use named::EntryName;
 pub use read::EntryStamp;
 pub use sweep::SWEEP_INTERVAL;

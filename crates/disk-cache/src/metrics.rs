@@ -1,83 +1,125 @@
-//! The disk tier's metrics, declared once; docs/metrics.md is generated from them.
+//! The metrics of the disk tier and of the host pixel tier, declared once; docs/metrics.md is
+//! generated from them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use mmcache_metrics::metric::{Kind, Metric, Unit};
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Reads by `outcome`.
-pub const READS: Metric = Metric::new(
-    "mmcache_disk_cache_reads_total",
-    Kind::Counter,
-    "Disk tier reads by outcome",
-)
-.labels(&[ReadOutcome::LABEL])
-.note("`no_memory`: an entry not read, no room in the download budget within its wait");
-/// Bytes read from hits.
-pub const READ_BYTES: Metric = Metric::new(
-    "mmcache_disk_cache_read_bytes_total",
-    Kind::Counter,
-    "Bytes read from disk-tier hits",
-)
-.unit(Unit::Bytes)
-.note("loads served from the tier count as `mmcache_loads_total{source=\"disk\"}`");
-/// Writes by `outcome`.
-pub const WRITES: Metric = Metric::new(
-    "mmcache_disk_cache_writes_total",
-    Kind::Counter,
-    "Disk tier writes by outcome",
-)
-.labels(&[WriteOutcome::LABEL])
-.note("`skipped`: empty or over the download cap");
-/// Bytes written.
-pub const WRITTEN_BYTES: Metric = Metric::new(
-    "mmcache_disk_cache_written_bytes_total",
-    Kind::Counter,
-    "Bytes written to the disk tier",
-)
-.unit(Unit::Bytes);
-/// Entries removed by `reason`.
-pub const EVICTIONS: Metric = Metric::new(
-    "mmcache_disk_cache_evictions_total",
-    Kind::Counter,
-    "Disk tier entries removed, by reason",
-)
-.labels(&[EvictReason::LABEL])
-.note("`corrupt`: did not decode; `partial`: left by a writer that died");
-/// Names and operations skipped, by `reason`.
-pub const SKIPPED: Metric = Metric::new(
-    "mmcache_disk_cache_skipped_total",
-    Kind::Counter,
-    "Disk tier names and operations skipped, by reason (not ours, or a bound)",
-)
-.labels(&[SkipReason::LABEL])
-.note(
-    "`not_regular`: FIFO, socket, device, or a folder where a file should be; `foreign`: \
-     owned by another user outside the group; `busy`: no slot for a blocking disk operation \
-     within 100 ms; `stalled`: no slot in time, every one held by an operation past its \
-     deadline (counts toward the breaker); `timeout`: past `MMCACHE_DISK_CACHE_TIMEOUT_MS`",
-);
-/// Times the breaker opened (the disk kept timing out or failing).
-pub const BREAKER_OPENS: Metric = Metric::new(
-    "mmcache_disk_cache_breaker_opens_total",
-    Kind::Counter,
-    "Times the disk tier was skipped for a cool-down after failures in a row",
-)
-.note("skipped for 5 s after 5 timeouts, `EIO`s or `stalled` in a row; `busy` does not count");
+/// Declares one family of the metrics below: the disk tier's (`mmcache_disk_cache_*`) or the
+/// host pixel tier's (`mmcache_host_pixels_*`), which are the same operations on another
+/// directory.
+macro_rules! family {
+    ($(#[$doc:meta])* $module:ident, $prefix:literal, $What:literal, $what:literal, $hits:literal) => {
+        $(#[$doc])*
+        pub mod $module {
+            use mmcache_metrics::metric::{Kind, Metric, Unit};
 
-/// Every metric above.
-pub const ALL: &[Metric] = &[
-    READS,
-    READ_BYTES,
-    WRITES,
-    WRITTEN_BYTES,
-    EVICTIONS,
-    SKIPPED,
-    BREAKER_OPENS,
-];
+            use crate::metrics::{EvictReason, ReadOutcome, SkipReason, WriteOutcome};
+
+            /// Reads by `outcome`.
+            pub const READS: Metric = Metric::new(
+                concat!($prefix, "_reads_total"),
+                Kind::Counter,
+                concat!($What, " reads by outcome"),
+            )
+            .labels(&[ReadOutcome::LABEL])
+            .note(
+                "`no_memory`: an entry not read, no room in the download budget within its \
+                 wait; `invalid`: a host pixel entry that failed its checks (removed); \
+                 `refused`: a valid host pixel entry this process's limits refuse",
+            );
+            /// Bytes read from hits.
+            pub const READ_BYTES: Metric = Metric::new(
+                concat!($prefix, "_read_bytes_total"),
+                Kind::Counter,
+                concat!("Bytes read from ", $hits, " hits"),
+            )
+            .unit(Unit::Bytes)
+            .note(concat!(
+                "loads served from the tier count as `mmcache_loads_total{source=\"",
+                stringify!($module),
+                "\"}`"
+            ));
+            /// Writes by `outcome`.
+            pub const WRITES: Metric = Metric::new(
+                concat!($prefix, "_writes_total"),
+                Kind::Counter,
+                concat!($What, " writes by outcome"),
+            )
+            .labels(&[WriteOutcome::LABEL])
+            .note("`skipped`: empty or over the entry cap (the disk tier's is the download cap)");
+            /// Bytes written.
+            pub const WRITTEN_BYTES: Metric = Metric::new(
+                concat!($prefix, "_written_bytes_total"),
+                Kind::Counter,
+                concat!("Bytes written to the ", $what),
+            )
+            .unit(Unit::Bytes);
+            /// Entries removed by `reason`.
+            pub const EVICTIONS: Metric = Metric::new(
+                concat!($prefix, "_evictions_total"),
+                Kind::Counter,
+                concat!($What, " entries removed, by reason"),
+            )
+            .labels(&[EvictReason::LABEL])
+            .note("`corrupt`: did not decode or failed its check; `partial`: left by a writer that died");
+            /// Names and operations skipped, by `reason`.
+            pub const SKIPPED: Metric = Metric::new(
+                concat!($prefix, "_skipped_total"),
+                Kind::Counter,
+                concat!($What, " names and operations skipped, by reason (not ours, or a bound)"),
+            )
+            .labels(&[SkipReason::LABEL])
+            .note(
+                "`not_regular`: FIFO, socket, device, or a folder where a file should be; \
+                 `foreign`: owned by another user outside the group; `writable`: an entry to \
+                 map that someone may write; `busy`: no slot for a blocking disk operation \
+                 within 100 ms; `stalled`: no slot in time, every one held by an operation past \
+                 its deadline (counts toward the breaker); `timeout`: past the tier's operation \
+                 deadline",
+            );
+            /// Times the breaker opened (the directory kept timing out or failing).
+            pub const BREAKER_OPENS: Metric = Metric::new(
+                concat!($prefix, "_breaker_opens_total"),
+                Kind::Counter,
+                concat!("Times the ", $what, " was skipped for a cool-down after failures in a row"),
+            )
+            .note("skipped for 5 s after 5 timeouts, `EIO`s or `stalled` in a row; `busy` does not count");
+
+            /// Every metric above.
+            pub const ALL: &[Metric] = &[
+                READS,
+                READ_BYTES,
+                WRITES,
+                WRITTEN_BYTES,
+                EVICTIONS,
+                SKIPPED,
+                BREAKER_OPENS,
+            ];
+        }
+    };
+}
+
+family!(
+    /// The disk tier's metrics (encoded bytes on a local disk).
+    disk,
+    "mmcache_disk_cache",
+    "Disk tier",
+    "disk tier",
+    "disk-tier"
+);
+family!(
+    /// The host pixel tier's metrics (decoded pixels on a memory file system).
+    host,
+    "mmcache_host_pixels",
+    "Host pixel tier",
+    "host pixel tier",
+    "host-pixel-tier"
+);
+
+pub use disk::{ALL, BREAKER_OPENS, EVICTIONS, READ_BYTES, READS, SKIPPED, WRITES, WRITTEN_BYTES};
 
 mmcache_metrics::label_values! {
     /// The `outcome` label of [`READS`].
@@ -87,6 +129,8 @@ mmcache_metrics::label_values! {
         Expired = "expired",
         Error = "error",
         NoMemory = "no_memory",
+        Invalid = "invalid",
+        Refused = "refused",
     }
 }
 
@@ -111,6 +155,7 @@ mmcache_metrics::label_values! {
         Link = "link",
         NotRegular = "not_regular",
         Foreign = "foreign",
+        Writable = "writable",
         UntrustedDir = "untrusted_dir",
         Busy = "busy",
         Stalled = "stalled",
@@ -136,7 +181,20 @@ pub(crate) struct Handles {
 }
 
 impl Handles {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(tier: crate::config::Tier) -> Self {
+        let m = match tier {
+            crate::config::Tier::Disk => disk::ALL,
+            crate::config::Tier::Host => host::ALL,
+        };
+        let [
+            reads,
+            read_bytes,
+            writes,
+            written,
+            evictions,
+            skipped,
+            breaker,
+        ] = [0, 1, 2, 3, 4, 5, 6].map(|i| m[i].name);
         fn each<E: Copy>(
             all: &[E],
             make: impl Fn(E) -> ::metrics::Counter,
@@ -147,23 +205,23 @@ impl Handles {
             stats: crate::config::Counters::default(),
             reads: each(
                 ReadOutcome::ALL,
-                |o| ::metrics::counter!(READS.name, "outcome" => o.as_str()),
+                |o| ::metrics::counter!(reads, "outcome" => o.as_str()),
             ),
-            read_bytes: ::metrics::counter!(READ_BYTES.name),
+            read_bytes: ::metrics::counter!(read_bytes),
             writes: each(
                 WriteOutcome::ALL,
-                |o| ::metrics::counter!(WRITES.name, "outcome" => o.as_str()),
+                |o| ::metrics::counter!(writes, "outcome" => o.as_str()),
             ),
-            written_bytes: ::metrics::counter!(WRITTEN_BYTES.name),
+            written_bytes: ::metrics::counter!(written),
             evictions: each(
                 EvictReason::ALL,
-                |r| ::metrics::counter!(EVICTIONS.name, "reason" => r.as_str()),
+                |r| ::metrics::counter!(evictions, "reason" => r.as_str()),
             ),
             skipped: each(
                 SkipReason::ALL,
-                |r| ::metrics::counter!(SKIPPED.name, "reason" => r.as_str()),
+                |r| ::metrics::counter!(skipped, "reason" => r.as_str()),
             ),
-            breaker_opens: ::metrics::counter!(BREAKER_OPENS.name),
+            breaker_opens: ::metrics::counter!(breaker),
         }
     }
 
@@ -172,7 +230,11 @@ impl Handles {
         let s = &self.stats;
         match outcome {
             ReadOutcome::Hit => bump(&s.hits),
-            ReadOutcome::Miss | ReadOutcome::Expired | ReadOutcome::NoMemory => bump(&s.misses),
+            ReadOutcome::Miss
+            | ReadOutcome::Expired
+            | ReadOutcome::NoMemory
+            | ReadOutcome::Invalid
+            | ReadOutcome::Refused => bump(&s.misses),
             ReadOutcome::Error => {
                 bump(&s.errors);
                 bump(&s.misses);

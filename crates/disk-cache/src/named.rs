@@ -56,7 +56,19 @@ impl DiskCache {
         bytes: Bytes,
         lock: Option<FillLock>,
     ) -> WriteOutcome {
-        self.put_digest(name.0.clone(), bytes, lock).await
+        self.put_digest(name.0.clone(), vec![bytes], lock).await
+    }
+
+    /// [`DiskCache::put_named`] of an entry made of `parts`, written one after the other (no
+    /// copy joins them); with the stamp of the file put in place when it landed, so that the
+    /// writer knows its own file when it reads the entry back ([`EntryStamp::same_file`]).
+    pub async fn put_named_parts(
+        &self,
+        name: &EntryName,
+        parts: Vec<Bytes>,
+        lock: Option<FillLock>,
+    ) -> (WriteOutcome, Option<EntryStamp>) {
+        self.put_digest_stamped(name.0.clone(), parts, lock).await
     }
 
     /// Removes the entry named `name` ([`DiskCache::remove`]).

@@ -17,6 +17,14 @@ use crate::metrics;
 #[derive(Clone)]
 pub struct EntryStamp(pub(crate) rustix::fs::Stat);
 
+impl EntryStamp {
+    /// Whether `other` stamps the same file (device and inode): the file read is the one a
+    /// write put in place.
+    pub fn same_file(&self, other: &EntryStamp) -> bool {
+        fsops::same_file(&self.0, &other.0)
+    }
+}
+
 impl std::fmt::Debug for EntryStamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EntryStamp")
@@ -26,9 +34,19 @@ impl std::fmt::Debug for EntryStamp {
     }
 }
 
+/// How a read takes an entry's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// Read into memory (reserved in the read memory first).
+    Read,
+    /// Mapped read-only (see `mapped`).
+    Map,
+}
+
 /// What one read found.
 enum Found {
-    Hit(Bytes, EntryStamp),
+    /// The entry's bytes, whether they map its file, and its stamp.
+    Hit(Bytes, bool, EntryStamp),
     /// A valid entry, opened, of this length: its bytes are read once reserved.
     Open(std::fs::File, usize, EntryStamp),
     Miss,
@@ -44,8 +62,29 @@ impl DiskCache {
             .map(|(bytes, _)| bytes)
     }
 
+    /// Counts a read whose outcome its caller decided: a mapped entry
+    /// ([`DiskCache::get_mapped_named`]) is a hit, or not, once its bytes are checked.
+    pub fn count_read(&self, outcome: metrics::ReadOutcome, bytes: u64) {
+        self.read_outcome(outcome);
+        if outcome == metrics::ReadOutcome::Hit {
+            self.inner.metrics.read_bytes.increment(bytes);
+        }
+    }
+
     /// [`DiskCache::get`] by the entry's hex digest name, with the stamp of the file read.
     pub(crate) async fn get_digest(&self, digest: String) -> Option<(Bytes, EntryStamp)> {
+        self.get_digest_as(digest, How::Read)
+            .await
+            .map(|(bytes, stamp, _)| (bytes, stamp))
+    }
+
+    /// [`DiskCache::get_digest`], the entry read or mapped (and whether it was). A mapped hit
+    /// is not counted here: its caller checks it, then counts it ([`DiskCache::count_read`]).
+    pub(crate) async fn get_digest_as(
+        &self,
+        digest: String,
+        how: How,
+    ) -> Option<(Bytes, EntryStamp, bool)> {
         if !self.enabled() {
             // Not a read: no metric, a miss in the stats.
             bump(&self.inner.metrics.stats.misses, 1);
@@ -60,7 +99,7 @@ impl DiskCache {
                 if let Some(stall) = stall {
                     stall();
                 }
-                this.read(&digest)
+                this.read(&digest, how)
             })
             .await;
         let found = match result {
@@ -90,10 +129,11 @@ impl DiskCache {
         };
         match found {
             Found::Open(..) => unreachable!("read above"),
-            Found::Hit(bytes, stamp) => {
-                self.read_outcome(metrics::ReadOutcome::Hit);
-                self.inner.metrics.read_bytes.increment(bytes.len() as u64);
-                Some((bytes, stamp))
+            Found::Hit(bytes, mapped, stamp) => {
+                if how == How::Read {
+                    self.count_read(metrics::ReadOutcome::Hit, bytes.len() as u64);
+                }
+                Some((bytes, stamp, mapped))
             }
             Found::Miss => {
                 self.read_outcome(metrics::ReadOutcome::Miss);
@@ -108,11 +148,11 @@ impl DiskCache {
 
     /// Reads `digest`'s entry through the kept folder handles; when that finds nothing, again
     /// from the configured path (the kept folder may have been removed or replaced; see `dirs`).
-    fn read(&self, digest: &str) -> FsResult<Found> {
+    fn read(&self, digest: &str, how: How) -> FsResult<Found> {
         let (aa, dirs, owners) = (&digest[..2], &self.inner.dirs, &self.inner.owners);
         let kept = dirs.shard(aa, owners);
         let first = match &kept {
-            Some(shard) => match self.read_in(&shard.fd, digest) {
+            Some(shard) => match self.read_in(&shard.fd, digest, how) {
                 // Nothing there, or an I/O error (a removed folder on NFS is ESTALE): the
                 // folder may be gone, so look from the path.
                 r @ Err(FsError::Missing | FsError::Io(_)) => Some(r),
@@ -126,10 +166,10 @@ impl DiskCache {
         {
             return first; // the same folder: looked there already
         }
-        self.read_in(&fresh.fd, digest)
+        self.read_in(&fresh.fd, digest, how)
     }
 
-    fn read_in(&self, shard: &OwnedFd, digest: &str) -> FsResult<Found> {
+    fn read_in(&self, shard: &OwnedFd, digest: &str, how: How) -> FsResult<Found> {
         let (mut file, st) = fsops::open_file_at(shard, digest, &self.inner.owners)?;
         if self.expired(&st) {
             if fsops::unlink_if_same(shard, digest, &st) {
@@ -141,6 +181,20 @@ impl DiskCache {
             return Ok(Found::Miss); // empty, or over this worker's cap
         }
         let len = usize::try_from(st.st_size).unwrap_or(0);
+        if how == How::Map {
+            if fsops::writable(&st) {
+                return Err(FsError::Skipped(fsops::Skip::Writable));
+            }
+            // Used now: the sweep keeps the entries last used (mapped entries' times only).
+            fsops::touch_access(&file);
+            if let Some(bytes) = crate::mmap::map(&file, len as u64)? {
+                return Ok(Found::Hit(bytes, true, EntryStamp(st)));
+            }
+            return self.read_file(&mut file, len).map(|v| match v {
+                None => Found::Miss,
+                Some(v) => Found::Hit(v.into(), false, EntryStamp(st)),
+            });
+        }
         let stamp = EntryStamp(st);
         let hold: Option<ReadHold> = match self.inner.read_memory.get() {
             None => None,
@@ -152,8 +206,8 @@ impl DiskCache {
         };
         self.read_file(&mut file, len).map(|v| match (v, hold) {
             (None, _) => Found::Miss,
-            (Some(v), Some(hold)) => Found::Hit(hold(v), stamp),
-            (Some(v), None) => Found::Hit(v.into(), stamp),
+            (Some(v), Some(hold)) => Found::Hit(hold(v), false, stamp),
+            (Some(v), None) => Found::Hit(v.into(), false, stamp),
         })
     }
     fn read_outcome(&self, o: metrics::ReadOutcome) {
@@ -189,7 +243,7 @@ impl DiskCache {
             .run(move || this.read_file(&mut file, len))
             .await
         {
-            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf), stamp)),
+            Ok(Ok(Some(buf))) => Some(Found::Hit(hold(buf), false, stamp)),
             Ok(Ok(None)) => Some(Found::Miss),
             Ok(Err(FsError::Io(e))) => {
                 tracing::debug!(error = %e, "disk cache read failed");

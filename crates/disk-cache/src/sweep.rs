@@ -133,7 +133,7 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             }
         }
     }
-    // (written at, stat, shard, name) of every live entry.
+    // (written or last used at, stat, shard, name) of every live entry.
     let shards = subdirs(
         &v1,
         owners,
@@ -152,7 +152,13 @@ pub(crate) fn sweep(cache: &DiskCache, wait_for_lock: bool) -> Option<u64> {
             if older_than(&st, inner.config.ttl) {
                 evict(shard, &name, &st, EvictReason::Expired);
             } else {
-                entries.push((fsops::mtime(&st), st, i, name));
+                // The disk tier's entries by when they were written; the host tier's by when
+                // they were last mapped (a hit refreshes the access time), so hot images stay.
+                let when = match inner.config.tier {
+                    crate::config::Tier::Disk => fsops::mtime(&st),
+                    crate::config::Tier::Host => fsops::used(&st),
+                };
+                entries.push((when, st, i, name));
             }
         }
     }

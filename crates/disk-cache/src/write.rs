@@ -30,22 +30,33 @@ impl DiskCache {
     /// host's other processes keep waiting for the entry, not for a lock freed before it exists.
     pub async fn put_locked(&self, identity: &CacheIdentity, bytes: Bytes, lock: Option<FillLock>) {
         let _ = self
-            .put_digest(identity.sha256_hex().to_owned(), bytes, lock)
+            .put_digest(identity.sha256_hex().to_owned(), vec![bytes], lock)
             .await;
     }
 
-    /// [`DiskCache::put_locked`] by the entry's hex digest name; how the write ended (only
+    /// [`DiskCache::put_locked`] by the entry's hex digest name, the entry being `parts` one
+    /// after the other (written in turn, never joined in memory); how the write ended (only
     /// [`WriteOutcome::Success`](metrics::WriteOutcome::Success) landed within the deadline).
     pub(crate) async fn put_digest(
         &self,
         digest: String,
-        bytes: Bytes,
+        parts: Vec<Bytes>,
         lock: Option<FillLock>,
     ) -> metrics::WriteOutcome {
-        let len = bytes.len() as u64;
+        self.put_digest_stamped(digest, parts, lock).await.0
+    }
+
+    /// [`DiskCache::put_digest`], with the stamp of the file it put in place when it did.
+    pub(crate) async fn put_digest_stamped(
+        &self,
+        digest: String,
+        parts: Vec<Bytes>,
+        lock: Option<FillLock>,
+    ) -> (metrics::WriteOutcome, Option<EntryStamp>) {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         if !self.enabled() || len == 0 || len > self.inner.config.max_entry_bytes {
             self.inner.metrics.write(metrics::WriteOutcome::Skipped);
-            return metrics::WriteOutcome::Skipped;
+            return (metrics::WriteOutcome::Skipped, None);
         }
         let this = self.clone();
         let pending = self.inner.guard.pending_write();
@@ -59,11 +70,13 @@ impl DiskCache {
                 if let Some(stall) = stall {
                     stall();
                 }
-                this.write(&digest, &bytes)
+                this.write(&digest, &parts)
             })
             .await;
+        let mut stamp = None;
         let outcome = match result {
-            Ok(Ok(())) => {
+            Ok(Ok(written)) => {
+                stamp = Some(EntryStamp(written));
                 self.inner
                     .written_since_sweep
                     .fetch_add(len, Ordering::Relaxed);
@@ -77,6 +90,14 @@ impl DiskCache {
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = ?e, "disk cache write failed");
+                if let FsError::Io(io) = &e
+                    && io.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error())
+                {
+                    // The file system is full: a sweep is due now, whatever was written.
+                    self.inner
+                        .written_since_sweep
+                        .fetch_add(self.inner.config.max_bytes, Ordering::Relaxed);
+                }
                 metrics::WriteOutcome::Error
             }
             Err(_) => {
@@ -92,7 +113,7 @@ impl DiskCache {
                 .guard
                 .spawn_unbounded(move || this.sweep_if_due());
         }
-        outcome
+        (outcome, stamp)
     }
 
     /// Writes `digest`'s entry: a new file in `v1/tmp`, renamed into its shard folder.
@@ -102,7 +123,7 @@ impl DiskCache {
     /// opened one level at a time without following links and judged (`open_dirs`), and the
     /// file is made and renamed relative to those handles (`openat`, `renameat`): a folder
     /// swapped for a link after it was judged is never followed.
-    fn write(&self, digest: &str, bytes: &[u8]) -> FsResult<()> {
+    fn write(&self, digest: &str, parts: &[Bytes]) -> FsResult<rustix::fs::Stat> {
         let owners = &self.inner.owners;
         let tmp_dir = self.open_dirs(&["tmp"], true)?;
         let shard = self.open_dirs(&[&digest[..2]], true)?;
@@ -114,11 +135,19 @@ impl DiskCache {
             random_u64()
         );
         let mut file = fsops::create_file_at(&tmp_dir, &tmp, owners)?;
-        let written = file.write_all(bytes).and_then(|()| file.flush());
+        let mut written = parts
+            .iter()
+            .try_for_each(|part| file.write_all(part))
+            .and_then(|()| file.flush())
+            .map_err(FsError::from);
+        if written.is_ok() && self.inner.config.tier == crate::config::Tier::Host {
+            written = fsops::make_read_only(&file, owners);
+        }
+        let stat = written.and_then(|()| Ok(rustix::fs::fstat(&file)?));
         drop(file);
-        let result = match written {
-            Ok(()) => fsops::rename_at(&tmp_dir, &tmp, &shard, digest),
-            Err(e) => Err(e.into()),
+        let result = match stat {
+            Ok(st) => fsops::rename_at(&tmp_dir, &tmp, &shard, digest).map(|()| st),
+            Err(e) => Err(e),
         };
         if result.is_err() {
             let _ = fsops::unlink_at(&tmp_dir, &tmp);

@@ -14,7 +14,7 @@ use crate::config::{Config, ConfigError, HedgeSettings, LeaseConfig, Setting};
 use crate::handle::Loader;
 use crate::hedge::Hedge;
 use crate::metrics;
-use crate::tiers::{DecodeStep, DiskStep, MemoryStep, OriginStep, SharedStep, Tiers};
+use crate::tiers::{DecodeStep, DiskStep, HostStep, MemoryStep, OriginStep, SharedStep, Tiers};
 
 /// Builds a [`Loader`]. Start from defaults ([`Loader::builder`]) or from the environment
 /// ([`LoaderBuilder::from_env`]); every setter overrides what the environment said.
@@ -210,6 +210,27 @@ impl LoaderBuilder {
     /// For Kubernetes `fsGroup` volumes and pods of different uids on one host.
     pub fn disk_cache_group(mut self, gid: u32) -> Self {
         self.config.disk.group = Some(gid);
+        self
+    }
+
+    /// Turns the host pixel tier on, in `dir` on a memory file system
+    /// (`MMCACHE_HOST_PIXELS_DIR`). An empty path turns it off.
+    pub fn host_pixels_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.config.host.dir = dir.into();
+        self
+    }
+
+    /// The host pixel tier's byte budget across the host's processes
+    /// (`MMCACHE_HOST_PIXELS_MAX_BYTES`).
+    pub fn host_pixels_max_bytes(mut self, bytes: u64) -> Self {
+        self.config.host.max_bytes = bytes;
+        self
+    }
+
+    /// Shared-group mode of the host pixel tier (`MMCACHE_HOST_PIXELS_GROUP`): entries that
+    /// group owns are mapped too, and ours are made for it (0440 in 2770 folders).
+    pub fn host_pixels_group(mut self, gid: u32) -> Self {
+        self.config.host.group = Some(gid);
         self
     }
 
@@ -417,11 +438,25 @@ impl LoaderBuilder {
             disk.set_read_memory(wait, now);
             disk
         });
-        let decoded = Arc::new(DecodedCache::with_max_pixels(
+        let host = config.host_pixels_config().map(|c| {
+            let host = mmcache_disk_cache::DiskCache::new(c);
+            if host.status().is_enabled() && !crate::config::in_memory(&host.config().dir) {
+                tracing::warn!(
+                    "MMCACHE_HOST_PIXELS_DIR is not on a memory file system: the host's decoded \
+                     pixels are written to a disk (use /dev/shm or a tmpfs)"
+                );
+            }
+            host
+        });
+        let mut decoded = DecodedCache::with_max_pixels(
             config.decoded_cache_bytes,
             config.decoded_cache_entries,
             config.max_pixels,
-        ));
+        );
+        if host.is_some() {
+            decoded = decoded.with_host_budget(config.host.max_bytes);
+        }
+        let decoded = Arc::new(decoded);
         let background: Arc<crate::background::Background> = Default::default();
         let embeddings = crate::embeddings::Embeddings::new(
             &config,
@@ -438,6 +473,9 @@ impl LoaderBuilder {
             tiers: Arc::new(Tiers {
                 memory: MemoryStep::new(decoded.clone()),
                 inflight: DashMap::new(),
+                host: host.map(|host| {
+                    HostStep::new(host, limits, &config, &decoded, &background, &write_memory)
+                }),
                 disk: disk.map(|disk| DiskStep::new(disk, &config, &background, &write_memory)),
                 shared: shared.map(|shared| SharedStep::new(shared, &hedge, &config.shared)),
                 origin: OriginStep::new(origin, &config),

@@ -36,17 +36,23 @@ pub enum Problem {
     Denied = 14,
     /// A data-path command failed otherwise.
     DataPathFailed = 15,
+    /// The host pixel tier refused its directory.
+    HostRefused = 17,
+    /// The host pixel tier's directory is not on a memory file system.
+    HostNotInMemory = 18,
 }
 
 impl Problem {
     /// Every problem, by exit code.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::Unreachable,
         Self::SlotsUncovered,
         Self::PureRustJpeg,
         Self::DiskRefused,
         Self::Denied,
         Self::DataPathFailed,
+        Self::HostRefused,
+        Self::HostNotInMemory,
     ];
 
     /// The process exit code.
@@ -69,6 +75,12 @@ impl Problem {
                 "shared cache denied a command or the credentials (fix the ACL or the URL's user)"
             }
             Self::DataPathFailed => "a shared-cache data-path command failed otherwise",
+            Self::HostRefused => {
+                "host pixel directory refused (the host pixel tier is off: every process decodes)"
+            }
+            Self::HostNotInMemory => {
+                "host pixel directory not on a memory file system (its pixels go to a disk)"
+            }
         }
     }
 }
@@ -145,25 +157,29 @@ pub async fn run(loader: &Loader) -> Report {
     }
     let out = &mut r.text;
 
+    match loader.host_pixels() {
+        None => {
+            let _ = writeln!(out, "\nhost pixel tier: off");
+        }
+        Some(host) => {
+            let _ = writeln!(out, "\nhost pixel tier:");
+            if !tier_dir(host, out) {
+                r.problems.push(Problem::HostRefused);
+            }
+            if !crate::config::in_memory(&host.config().dir) {
+                r.problems.push(Problem::HostNotInMemory);
+            }
+        }
+    }
+    let out = &mut r.text;
     match loader.disk_cache() {
         None => {
             let _ = writeln!(out, "\ndisk tier: off");
         }
         Some(disk) => {
-            let dir = &disk.config().dir;
-            let _ = writeln!(out, "\ndisk tier:\n  directory: {}", dir.display());
-            describe_dir(dir, out);
-            match disk.status() {
-                DiskStatus::Enabled => {
-                    let _ = writeln!(out, "  verdict: trusted");
-                }
-                DiskStatus::Refused(why) => {
-                    let _ = writeln!(out, "  verdict: refused: {why}");
-                    r.problems.push(Problem::DiskRefused);
-                }
-                other => {
-                    let _ = writeln!(out, "  verdict: {other:?}");
-                }
+            let _ = writeln!(out, "\ndisk tier:");
+            if !tier_dir(disk, out) {
+                r.problems.push(Problem::DiskRefused);
             }
         }
     }
@@ -258,9 +274,79 @@ fn memory(config: &crate::Config, out: &mut String) {
         "  {:>7}  in all, before the runtime, the allocator and the caller's own memory",
         mib(config.memory_bound())
     );
+    if config.host_enabled() {
+        let _ = writeln!(
+            out,
+            "  and once per host, shared by its processes: {} MiB of host pixels ({}), on the \
+             memory file system; a process's decoded cache charges what it maps at {:.3} of \
+             its bytes",
+            mib(config.host.max_bytes),
+            crate::env::HOST_PIXELS_MAX_BYTES,
+            (config.decoded_cache_bytes as f64 / config.host.max_bytes.max(1) as f64).min(1.0)
+        );
+    }
 }
 
-/// Owner, mode and free space of the disk tier's directory.
+/// A tier's directory, what it holds now and its verdict; whether it is trusted.
+fn tier_dir(tier: &crate::DiskCache, out: &mut String) -> bool {
+    let dir = &tier.config().dir;
+    let _ = writeln!(out, "  directory: {}", dir.display());
+    describe_dir(dir, out);
+    if tier.config().tier == mmcache_disk_cache::Tier::Host {
+        let verdict = if crate::config::in_memory(dir) {
+            "yes"
+        } else {
+            "no: its entries are written to a disk (use /dev/shm or a tmpfs)"
+        };
+        let _ = writeln!(out, "  memory file system: {verdict}");
+    }
+    let (entries, bytes) = held(dir);
+    let _ = writeln!(
+        out,
+        "  holds: {entries} entries, {} MiB of a {} MiB budget (for every process of the host)",
+        bytes >> 20,
+        tier.config().max_bytes >> 20
+    );
+    match tier.status() {
+        DiskStatus::Enabled => {
+            let _ = writeln!(out, "  verdict: trusted");
+            true
+        }
+        DiskStatus::Refused(why) => {
+            let _ = writeln!(out, "  verdict: refused: {why}");
+            false
+        }
+        other => {
+            let _ = writeln!(out, "  verdict: {other:?}");
+            true
+        }
+    }
+}
+
+/// The entries of a tier's directory (`v1/<aa>/<digest>`) and their bytes, by name only (a
+/// doctor's look, not the tier's trusted read).
+fn held(dir: &Path) -> (u64, u64) {
+    let (mut entries, mut bytes) = (0, 0);
+    let shards = std::fs::read_dir(dir.join("v1"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    for shard in shards.filter(|s| s.file_name().len() == 2) {
+        for entry in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(m) = entry.metadata() {
+                entries += 1;
+                bytes += m.len();
+            }
+        }
+    }
+    (entries, bytes)
+}
+
+/// Owner, mode and free space of a tier's directory.
 fn describe_dir(dir: &Path, out: &mut String) {
     let _ = match std::fs::symlink_metadata(dir) {
         Ok(m) => writeln!(

@@ -166,6 +166,12 @@ impl Loader {
         self.tiers.disk.as_ref().map(|disk| disk.cache())
     }
 
+    /// The host pixel tier, when enabled (its files, in the disk tier crate's
+    /// [`Tier::Host`](mmcache_disk_cache::Tier::Host)).
+    pub fn host_pixels(&self) -> Option<&DiskCache> {
+        self.tiers.host.as_ref().map(|host| host.cache())
+    }
+
     /// The shared cache, when enabled.
     pub fn shared_cache(&self) -> Option<&SharedCache> {
         self.tiers.shared.as_ref().map(|shared| shared.cache())

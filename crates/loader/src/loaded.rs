@@ -14,6 +14,8 @@ mmcache_metrics::label_values! {
         Memory = "memory",
         /// A load of the same identity already in flight in this process.
         Inflight = "inflight",
+        /// The host's tier of decoded pixels, mapped from a memory file system.
+        Host = "host",
         /// The host's disk tier of encoded bytes.
         Disk = "disk",
         /// The shared cache of encoded bytes.

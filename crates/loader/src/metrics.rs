@@ -195,6 +195,7 @@ pub const ALL: &[(&str, &[Metric])] = &[
         "Decoded and embedding caches (recorded by mmcache-decode)",
         mmcache_decode::metrics::ALL,
     ),
+    ("Host pixel tier", mmcache_disk_cache::metrics::host::ALL),
     ("Disk tier", mmcache_disk_cache::metrics::ALL),
     ("Embeddings", embeddings::ALL),
 ];

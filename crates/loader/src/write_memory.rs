@@ -40,6 +40,16 @@ impl WriteMemory {
         self.allowance.try_reserve(len)
     }
 
+    /// `len` bytes of the allowance for a write that holds bytes it shares (no copy), or `None`
+    /// (counted) when they do not fit now: the write is skipped.
+    pub(crate) fn hold(&self, len: u64) -> Option<mmcache_origin::Reservation> {
+        let held = self.allowance.try_reserve(len);
+        if held.is_none() {
+            self.skipped.increment(1);
+        }
+        held
+    }
+
     /// A copy of `bytes` holding its share of the allowance, or `None` (counted) when it
     /// does not fit now: the cache writes of this load are skipped.
     pub(crate) fn copy(&self, bytes: &Bytes) -> Option<Bytes> {

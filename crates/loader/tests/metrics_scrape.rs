@@ -1,7 +1,8 @@
 // Not in tests/it: it installs the process-global metrics recorder.
 //! Every declared metric is in a real scrape, and every scraped family is declared: real
-//! components (a Redis cluster, an HTTP origin on 127.0.0.1, a disk directory), loads through
-//! every tier and the embeddings API, then the Prometheus recorder's text read both ways.
+//! components (a Redis cluster, an HTTP origin on 127.0.0.1, disk and host pixel directories),
+//! loads through every tier and the embeddings API, then the Prometheus recorder's text read
+//! both ways.
 //! One test per binary: the recorder is process-global.
 
 use std::collections::BTreeMap;
@@ -96,9 +97,23 @@ async fn every_declared_metric_is_scraped_and_every_scraped_one_declared() {
         a.shutdown(Duration::from_secs(10)).await,
         "disk writes landed"
     );
-    // Another process of the host: the disk entry A wrote.
-    let c = worker(&disk_a, false);
+    // Another process of the host: the disk entry A wrote; it writes the image's pixels to the
+    // host pixel tier, where a third one maps them.
+    let pixels = Dir::new("pixels");
+    let c = Loader::builder()
+        .allow_internal(true)
+        .disk_cache_dir(&disk_a.0)
+        .host_pixels_dir(&pixels.0)
+        .build()
+        .unwrap();
     assert_eq!(source(&c, url.clone()).await, Source::Disk);
+    assert!(c.shutdown(Duration::from_secs(10)).await, "pixels written");
+    let d = Loader::builder()
+        .allow_internal(true)
+        .host_pixels_dir(&pixels.0)
+        .build()
+        .unwrap();
+    assert_eq!(source(&d, url.clone()).await, Source::Host);
     // Another host: the shared cache.
     let b = worker(&disk_b, true);
     assert_eq!(source(&b, url.clone()).await, Source::Shared);

@@ -77,10 +77,10 @@ def make_png(seed: int, side: int) -> bytes:
     return out.getvalue()
 
 
-def make_bases() -> dict[str, list[bytes]]:
-    """The base images of every class, deterministic."""
+def make_bases(classes: dict[str, tuple[str, int]] = CLASSES) -> dict[str, list[bytes]]:
+    """The base images of every class of `classes` (name -> (format, side)), deterministic."""
     bases = {}
-    for k, (cls, (ext, side)) in enumerate(CLASSES.items()):
+    for k, (cls, (ext, side)) in enumerate(classes.items()):
         make = make_jpeg if ext == "jpg" else make_png
         bases[cls] = [make(1000 * (k + 1) + i, side) for i in range(BASES_PER_CLASS)]
     return bases

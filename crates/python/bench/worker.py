@@ -11,7 +11,7 @@ Implementations:
 Each is built with its defaults from the same ``DYN_MM_*`` variables. The worker keeps one
 event loop for its life and answers commands from its pipe: ``build`` (a loader, warmed by one
 load of a URL of its own), ``pass`` (load URLs at concurrency 16, timed; then flush background
-cache writes outside the timed region), ``drop``, ``exit``.
+cache writes outside the timed region), ``stats`` (its pid and decodes), ``drop``, ``exit``.
 """
 
 from __future__ import annotations
@@ -137,6 +137,20 @@ async def timed_pass(impl: Impl, loader, urls: list) -> dict:
     return pass_result(len(urls), wall, cpu, loop, latencies, failures)
 
 
+def decodes() -> int:
+    """Images this process decoded (mmcache's ``mmcache_decode_duration_seconds`` count, every
+    format); 0 for Dynamo, which counts none."""
+    try:
+        import mmcache
+    except ImportError:
+        return 0
+    total = 0
+    for line in mmcache.metrics_text().splitlines():
+        if line.startswith("mmcache_decode_duration_seconds_count"):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
 def pass_result(loads: int, wall: float, cpu: float, loop: float, latencies: list[float],
                 failures: list[str]) -> dict:
     """One timed pass as the coordinators read it (`failures`: one entry per failed load,
@@ -173,6 +187,8 @@ async def serve(impl: Impl, conn) -> None:
                 reply = await timed_pass(impl, loader, cmd["urls"])
                 await impl.flush(loader)  # outside the timed region
                 reply["ok"] = True
+            elif op == "stats":
+                reply = {"ok": True, "pid": os.getpid(), "decodes": decodes()}
             elif op == "drop":
                 await impl.close(loaders.pop(cmd["id"], None))
                 reply = {"ok": True}

@@ -136,7 +136,7 @@ impl Loader {
     }
 
     /// `await loader.load_detailed(url, scope=None)`: `(array, source)`, the source being
-    /// `"memory"`, `"inflight"`, `"disk"`, `"shared"`, `"origin"` or `"data"`.
+    /// `"memory"`, `"inflight"`, `"host"`, `"disk"`, `"shared"`, `"origin"` or `"data"`.
     #[pyo3(signature = (url, scope=None))]
     fn load_detailed<'py>(
         &self,

@@ -21,7 +21,10 @@ const DYNAMO_IMPORTS: [&str; 2] = ["httpx==0.28.1", "aiohttp==3.14.5"];
 /// classes, and the tests in target/venv must keep testing its own.
 const BENCH_VENV: &str = "target/venv-bench";
 
-pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
+/// Runs crates/python/bench/`script` (`dynamo_compare.py`, or `host_compare.py` for the host
+/// pixel tier's processes against Dynamo's and the disk tier's hits) in target/venv-bench;
+/// its figures go to `<name>.json`, its table to `<name>.md`.
+pub(super) fn bench_venv_script(o: &Opts, script: &str, name: &str) -> anyhow::Result<Vec<Row>> {
     let python = setup::python_venv(BENCH_VENV)?;
     let pip = |args: &[&str]| {
         let mut cmd = Command::new(&python);
@@ -41,9 +44,9 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
     )?;
     setup::step("pip install httpx aiohttp", &mut pip(&DYNAMO_IMPORTS))?;
     setup::maturin_develop(BENCH_VENV, true)?;
-    let json = o.out.join("python.json");
+    let json = o.out.join(format!("{name}.json"));
     let mut cmd = Command::new(&python);
-    cmd.arg("crates/python/bench/dynamo_compare.py")
+    cmd.arg(format!("crates/python/bench/{script}"))
         .arg("--out")
         .arg(&json);
     if o.quick {
@@ -52,15 +55,11 @@ pub(super) fn dynamo_compare(o: &Opts) -> anyhow::Result<Vec<Row>> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()
-        .context("run crates/python/bench/dynamo_compare.py")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "dynamo_compare.py failed ({})",
-        out.status
-    );
+        .with_context(|| format!("run crates/python/bench/{script}"))?;
+    anyhow::ensure!(out.status.success(), "{script} failed ({})", out.status);
     let table = String::from_utf8_lossy(&out.stdout);
     println!("{table}");
-    std::fs::write(o.out.join("python.md"), table.as_bytes())?;
+    std::fs::write(o.out.join(format!("{name}.md")), table.as_bytes())?;
     Ok(Vec::new())
 }
 

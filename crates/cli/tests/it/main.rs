@@ -6,5 +6,6 @@ mod common;
 mod disk_tier;
 mod doctor;
 mod doctor_data_path;
+mod host_pixels;
 mod ops;
 mod warm;

@@ -123,9 +123,19 @@ fn kubelet_made_directory_is_shared_by_pods_of_different_uids() {
         manifest::env(doc, "MMCACHE_DISK_CACHE_DIR"),
         Some(path.clone())
     );
-    for mount in manifest::values(doc, "mountPath") {
+    let mounts: Vec<&str> = doc
+        .lines()
+        .filter(|l| l.contains("mountPath") && l.contains("image-disk-cache"))
+        .collect();
+    assert_eq!(
+        mounts.len(),
+        2,
+        "the init container and the worker mount the volume"
+    );
+    for line in mounts {
         assert_eq!(
-            mount, path,
+            manifest::value(line, "mountPath"),
+            path,
             "every container mounts the volume at the tier's directory"
         );
     }

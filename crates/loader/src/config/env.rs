@@ -7,6 +7,7 @@ use super::error::ConfigError;
 
 pub use super::settings::disk::*;
 pub use super::settings::dynamo::*;
+pub use super::settings::host::*;
 pub use super::settings::own::*;
 pub use super::settings::process::*;
 pub use super::settings::shared_cache::*;

@@ -32,7 +32,7 @@ pub use doc_tables::settings_doc_tables;
 pub use error::ConfigError;
 pub use memory::MemoryPart;
 pub use settings::{PROCESS_VARIABLES, SETTINGS, Section, Setting, Variable};
-pub(crate) use tiers::disk_read_memory;
+pub(crate) use tiers::{disk_read_memory, in_memory};
 pub(crate) use validate::Given;
 
 /// Default of [`Config::decode_memory_bytes`]: 2 GiB, room for a few of the largest images
@@ -80,6 +80,12 @@ pub struct Config {
     /// keeps the tier off. The loader sets its `max_entry_bytes` when it builds (the download
     /// cap).
     pub disk: DiskCacheConfig,
+    /// The host pixel tier, in the disk tier crate's configuration ([`Tier::Host`]): an empty
+    /// `dir` (the default) keeps it off. The loader sets its `max_entry_bytes` when it builds
+    /// (the largest image the pixel limit and the download cap allow).
+    ///
+    /// [`Tier::Host`]: mmcache_disk_cache::Tier::Host
+    pub host: DiskCacheConfig,
     /// Hosts images may come from (see [`env::ALLOWED_MEDIA_DOMAINS`]); empty: every host.
     pub allowed_media_domains: Vec<String>,
     /// Decoded-cache byte budget. Default 1 GiB.
@@ -136,6 +142,7 @@ impl Default for Config {
             allow_internal: false,
             allow_http: false,
             disk: DiskCacheConfig::default(),
+            host: DiskCacheConfig::host(PathBuf::new()),
             allowed_media_domains: Vec::new(),
             decoded_cache_bytes: mmcache_decode::DEFAULT_DECODED_CACHE_BYTES,
             decoded_cache_entries: None,
@@ -164,6 +171,11 @@ impl Config {
     /// Whether the host's disk tier is on: a directory is set.
     pub fn disk_enabled(&self) -> bool {
         !self.disk.dir.as_os_str().is_empty()
+    }
+
+    /// Whether the host pixel tier is on: a directory is set.
+    pub fn host_enabled(&self) -> bool {
+        !self.host.dir.as_os_str().is_empty()
     }
 
     /// The overall deadline of a load: the one set, else the sum of the origin timeout, the

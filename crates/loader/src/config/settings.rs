@@ -9,6 +9,7 @@
 
 pub(super) mod disk;
 pub(super) mod dynamo;
+pub(super) mod host;
 pub(super) mod own;
 pub(super) mod process;
 mod shape;
@@ -29,13 +30,14 @@ impl Setting {
 
 /// The runs of declarations, in the order of [`SETTINGS`] (the order of the Python keyword
 /// table in docs/configuration.md, and of [`Config::from_lookup`](crate::Config::from_lookup)).
-const RUNS: [&[Setting]; 7] = [
+const RUNS: [&[Setting]; 8] = [
     &dynamo::SETTINGS,
     &own::CACHES_AND_ORIGIN,
     &shared_cache::SHARED_CACHE,
     &shared_cache::HEDGE,
     &own::DECODE_AND_POLICY,
     &disk::SETTINGS,
+    &host::SETTINGS,
     &own::BUDGETS_AND_EMBEDDINGS,
 ];
 

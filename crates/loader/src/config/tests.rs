@@ -432,8 +432,8 @@ fn every_declared_bound_is_the_checked_bound() {
     }
     // The shared TTL, disk TTL, four timeouts, three ms durations, decode concurrency and
     // wait, hedge maximum, disk timeout, load timeout, embedding chunk, embedding compute
-    // timeout.
-    assert_eq!(checked, 16);
+    // timeout, host pixel TTL and timeout.
+    assert_eq!(checked, 18);
 }
 
 #[test]
@@ -480,7 +480,8 @@ fn every_tier_field_with_a_rule_is_set_by_one_setting_named_in_its_refusal() {
     let tiers = mmcache_shared_cache::Field::ALL
         .map(CheckedBy::SharedCache)
         .into_iter()
-        .chain(mmcache_disk_cache::Field::ALL.map(CheckedBy::Disk));
+        .chain(mmcache_disk_cache::Field::ALL.map(CheckedBy::Disk))
+        .chain(mmcache_disk_cache::Field::ALL.map(CheckedBy::Host));
     for tier in tiers {
         let setting: Vec<_> = SETTINGS.iter().filter(|s| s.checked_by == tier).collect();
         assert_eq!(setting.len(), 1, "{tier:?}");
@@ -508,6 +509,15 @@ fn every_tier_field_with_a_rule_is_set_by_one_setting_named_in_its_refusal() {
                     F::MaxBytes => c.disk.max_bytes = 0,
                     F::Ttl => c.disk.ttl = Duration::ZERO,
                     F::Timeout => c.disk.timeout = Duration::ZERO,
+                    other => panic!("no case for {other:?}"),
+                }
+            }
+            CheckedBy::Host(f) => {
+                use mmcache_disk_cache::Field as F;
+                match f {
+                    F::MaxBytes => c.host.max_bytes = 0,
+                    F::Ttl => c.host.ttl = Duration::ZERO,
+                    F::Timeout => c.host.timeout = Duration::ZERO,
                     other => panic!("no case for {other:?}"),
                 }
             }

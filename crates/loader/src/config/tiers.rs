@@ -46,6 +46,27 @@ impl Config {
             self.read_first_steps_bytes(),
         )));
         self.disk.max_entry_bytes = self.max_file_size_bytes;
+        // The largest image the pixel limit lets through, in the widest layout, with its header
+        // and the encoded bytes a profile may keep beside it.
+        self.host.max_entry_bytes = self
+            .max_pixels
+            .saturating_mul(mmcache_decode::PixelLayout::MAX_BYTES_PER_PIXEL as u64)
+            .saturating_add(self.max_file_size_bytes)
+            .saturating_add(1 << 20);
+        // The host pixel tier's budget within its file system (a container's /dev/shm is often
+        // 64 MiB): beyond it, writes would fail before any sweep frees room.
+        if self.host_enabled()
+            && let Some(size) = file_system_size(&self.host.dir)
+            && self.host.max_bytes > size / 10 * 9
+        {
+            tracing::warn!(
+                budget = self.host.max_bytes,
+                file_system = size,
+                "MMCACHE_HOST_PIXELS_MAX_BYTES is over 90 % of its file system's size; the \
+                 host pixel tier keeps to 90 % of it"
+            );
+            self.host.max_bytes = (size / 10 * 9).max(1);
+        }
     }
 
     /// The shared cache's configuration; `None` when it is off.
@@ -57,6 +78,25 @@ impl Config {
     pub(crate) fn disk_cache_config(&self) -> Option<DiskCacheConfig> {
         self.disk_enabled().then(|| self.disk.clone())
     }
+
+    /// The host pixel tier's configuration; `None` when it is off.
+    pub(crate) fn host_pixels_config(&self) -> Option<DiskCacheConfig> {
+        self.host_enabled().then(|| self.host.clone())
+    }
+}
+
+/// Whether `dir` is on a memory file system (tmpfs, ramfs), as the host pixel tier wants.
+pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
+    /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `statfs(2)`.
+    const MEMORY: [i64; 2] = [0x0102_1994, 0x8584_58f6];
+    #[allow(clippy::unnecessary_cast)] // i64 here, other widths on other targets
+    rustix::fs::statfs(dir).is_ok_and(|s| MEMORY.contains(&(s.f_type as i64)))
+}
+
+/// The size of the file system `dir` is on (or would be made on: its nearest existing folder).
+fn file_system_size(dir: &std::path::Path) -> Option<u64> {
+    let s = dir.ancestors().find_map(|d| rustix::fs::statvfs(d).ok())?;
+    Some(s.f_blocks.saturating_mul(s.f_frsize))
 }
 
 /// Disk-tier reads reserved in the download budget, as shared-cache reads are ([`BudgetReads`]):

@@ -49,6 +49,13 @@ pub(crate) struct Checked {
     pub(crate) allowlist: DomainAllowlist,
 }
 
+/// Whether two configured directories are one (as spelled, or once resolved when both exist).
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let trimmed = |p: &std::path::Path| p.components().collect::<std::path::PathBuf>();
+    trimmed(a) == trimmed(b)
+        || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
 fn secs(d: Duration) -> String {
     format!("{}", d.as_secs_f64())
 }
@@ -72,6 +79,18 @@ impl Config {
         self.disk
             .validate()
             .map_err(|e| given.tier(CheckedBy::Disk(e.field), &e.value, e.expected))?;
+        self.host
+            .validate()
+            .map_err(|e| given.tier(CheckedBy::Host(e.field), &e.value, e.expected))?;
+        // Two tiers in one directory would sweep each other's entries against their budgets.
+        if self.host_enabled() && self.disk_enabled() && same_dir(&self.host.dir, &self.disk.dir) {
+            let held = self.host.dir.display().to_string();
+            return Err(given.invalid(
+                env::HOST_PIXELS_DIR,
+                &held,
+                "a directory of its own, not MMCACHE_DISK_CACHE_DIR's",
+            ));
+        }
         let durations = [
             (
                 env::ORIGIN_CONNECT_TIMEOUT_SECS,

@@ -11,9 +11,11 @@
 //! - `load`: one call's path down to the join (data URLs, the bypass, memory) and the record
 //!   of its outcome;
 //! - `inflight`: the join of a load in flight, or its start in a task of its own;
-//! - `path`: the load's own task, the order of the steps below memory: policy, disk, shared,
-//!   origin, decode, write-back;
+//! - `path`: the load's own task, the order of the steps below memory: policy, host pixels,
+//!   disk, shared, origin, decode, write-back;
 //! - `memory`: the decoded cache's lookup and insert;
+//! - `host`: the host's pixels (mapped, a fill lock per image, the entry's write and the swap
+//!   of a load's own pixels for the mapping, in the background);
 //! - `disk`: the host's tier (read, fill lock, the entry's write in the background);
 //! - `shared`: the fleet's cache (the hedged GET in `shared/race`, the stampede lease in
 //!   `shared/lease`, the SET);
@@ -22,6 +24,7 @@
 
 mod decode;
 mod disk;
+mod host;
 mod inflight;
 mod load;
 mod memory;
@@ -48,6 +51,7 @@ use crate::write_memory::WriteMemory;
 
 pub(crate) use decode::DecodeStep;
 pub(crate) use disk::DiskStep;
+pub(crate) use host::HostStep;
 pub(crate) use memory::MemoryStep;
 pub(crate) use origin::OriginStep;
 pub(crate) use shared::SharedStep;
@@ -112,6 +116,7 @@ pub(crate) struct Tiers {
     pub(crate) config: Config,
     pub(crate) memory: MemoryStep,
     pub(crate) inflight: DashMap<[u8; 32], InflightSlot>,
+    pub(crate) host: Option<HostStep>,
     pub(crate) disk: Option<DiskStep>,
     pub(crate) shared: Option<SharedStep>,
     pub(crate) origin: OriginStep,
@@ -160,7 +165,11 @@ impl Tiers {
                 Some(disk) => disk.cache().flush(until).await,
                 None => true,
             };
-            tasks && files
+            let pixels = match &self.host {
+                Some(host) => host.cache().flush(until).await,
+                None => true,
+            };
+            tasks && files && pixels
         };
         let shared = async {
             match &self.shared {

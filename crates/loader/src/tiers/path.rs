@@ -1,5 +1,6 @@
-//! The order of the tiers below memory, in one function: [`Tiers::fill`], the load's own
-//! task. Each step gives back what it found; only `fill` moves a load on to the next step.
+//! The order of the tiers below memory, in one place: [`Tiers::fill`], the load's own task
+//! (policy, then the host's pixels around [`Tiers::fill_bytes`], the tiers of encoded bytes).
+//! Each step gives back what it found; only these functions move a load on to the next step.
 //! Also the path of a load without any cache layer ([`Tiers::bypass`]).
 
 use std::sync::Arc;
@@ -24,17 +25,62 @@ struct FromOrigin {
 }
 
 impl Tiers {
-    /// Policy, disk, shared cache, origin, decode, write-back. Runs in the load's own task.
+    /// Policy, host pixels, disk, shared cache, origin, decode, write-back. Runs in the load's
+    /// own task.
     pub(super) async fn fill(&self, identity: &CacheIdentity, url: &str, want: Want) -> Outcome {
+        // Policy first, DNS included: no tier below memory may serve what this worker may not
+        // fetch (a worker with internal access may have cached it).
+        let url = &self.origin.admit(url).await?;
+        let Some(host) = self.host.as_ref().filter(|h| h.serves(want)) else {
+            return self.fill_bytes(identity, url, want).await;
+        };
+        // Host pixels: map; take the entry's fill lock (one process of the host decodes an
+        // image, the others wait for its pixels); map again. The entry's write takes the lock
+        // over.
+        if let Some(image) = host.read(identity, want).await {
+            return Ok(Loaded::decoded(
+                image.clone(),
+                Source::Host,
+                image.encoded_len(),
+            ));
+        }
+        let lock = host.lock(identity, want).await;
+        if let Some(image) = host.read(identity, want).await {
+            return Ok(Loaded::decoded(
+                image.clone(),
+                Source::Host,
+                image.encoded_len(),
+            ));
+        }
+        let outcome = self.fill_bytes(identity, url, want).await;
+        match &outcome {
+            Ok(loaded) => {
+                // In the decoded cache first (the load's own insert then finds it there), so
+                // that the write's swap for the mapping finds it too.
+                let image = self
+                    .memory
+                    .insert(identity, want.variant, loaded.image.clone());
+                host.publish(identity, want, image.clone(), lock);
+                Ok(Loaded {
+                    image,
+                    ..loaded.clone()
+                })
+            }
+            Err(_) => {
+                host.not_written(identity, want);
+                outcome
+            }
+        }
+    }
+
+    /// The tiers of encoded bytes, the origin, the decode and the write-back.
+    async fn fill_bytes(&self, identity: &CacheIdentity, url: &Admitted, want: Want) -> Outcome {
         // Every decode of this load, whichever tier's bytes it decodes, may share an image of
         // the same content within the load's scope, in the profile the load wants. A cache
         // tier's value refused by the decoders is not an image there (it is dropped), where
         // the origin's is handed back to the caller.
         let decode = move |bytes: Bytes| self.decode.image(bytes, Some(identity), want);
         let cached = move |bytes: Bytes| async move { refused_as_error(decode(bytes).await) };
-        // Policy first, DNS included: no tier below memory may serve what this worker may not
-        // fetch (a worker with internal access may have cached it).
-        let url = &self.origin.admit(url).await?;
         // Disk: read; take the entry's fill lock (one process of the host fills a missing
         // entry, the others wait for it); read again (filled by the process we waited for, or
         // between our read and our lock). The entry's write takes the lock over.

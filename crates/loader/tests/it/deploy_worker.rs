@@ -1,7 +1,8 @@
 //! deploy/kubernetes/worker.yaml's settings are ones the loader accepts, and its memory
 //! `resources` hold the most mmcache may hold with them: `Config::memory_parts`, the sum
-//! `mmcache doctor` prints. The comment with the arithmetic is checked against the settings the
-//! manifest gives.
+//! `mmcache doctor` prints, and the host pixel tier's budget, whose memory volume counts in the
+//! pod's memory and holds the budget. The comments with the arithmetic are checked against the
+//! settings the manifest gives.
 
 use mmcache_loader::{Config, env};
 use mmcache_test_support::manifest;
@@ -22,7 +23,7 @@ fn the_worker_manifest_sets_memory_for_its_settings() {
     let config =
         Config::from_lookup(|name| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
             .expect("the manifest's settings are valid");
-    assert!(config.shared_enabled && config.disk_enabled());
+    assert!(config.shared_enabled && config.disk_enabled() && config.host_enabled());
 
     let parts: Vec<u64> = config.memory_parts().iter().map(|p| p.bytes).collect();
     let sum = config.memory_bound();
@@ -39,12 +40,26 @@ fn the_worker_manifest_sets_memory_for_its_settings() {
         doc.lines().any(|l| l.trim() == line),
         "worker.yaml's comment does not state the sum of its settings: want `{line}`"
     );
+    let host = config.host.max_bytes;
+    let line = format!(
+        "# and once per pod, the host pixel tier's budget on the memory volume: {} MiB",
+        host / MIB
+    );
+    assert!(
+        doc.lines().any(|l| l.trim() == line),
+        "worker.yaml's comment does not state the host pixel tier's budget: want `{line}`"
+    );
+    let volume = manifest::value(doc, "sizeLimit");
+    assert!(
+        manifest::quantity_bytes(&volume) > host,
+        "the memory volume ({volume}) does not hold the host pixel tier's budget"
+    );
     let memory = manifest::values(doc, "memory");
     assert_eq!(memory.len(), 2, "a request and a limit: {memory:?}");
     for q in &memory {
         assert!(
-            manifest::quantity_bytes(q) > sum,
-            "memory {q} is not above mmcache's {} MiB",
+            manifest::quantity_bytes(q) > sum + host,
+            "memory {q} is not above mmcache's {} MiB and its host pixels",
             sum / MIB
         );
     }

@@ -20,6 +20,7 @@ mod error_messages;
 mod fleet_common;
 mod fuzz_regressions;
 mod hedge;
+mod host_pixels;
 mod load_timeout;
 mod local_path;
 mod shared;

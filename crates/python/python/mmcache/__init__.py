@@ -130,7 +130,7 @@ class Loader(_native.Loader):
         return await super().load(url, scope)
 
     async def load_detailed(self, url: str, scope: str | None = None) -> tuple[numpy.ndarray, str]:
-        """``(array, source)``: source is ``"memory"``, ``"inflight"``, ``"disk"``,
+        """``(array, source)``: source is ``"memory"``, ``"inflight"``, ``"host"``, ``"disk"``,
         ``"shared"``, ``"origin"`` or ``"data"``."""
         hit = self._cached(url, scope)
         if hit is not None:

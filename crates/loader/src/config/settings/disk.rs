@@ -33,7 +33,7 @@ pub(super) const SETTINGS: [Setting; 5] = [
         default: "unset (off)",
         rule: "a directory",
         doc: " on a local disk, shared by every worker process of the host; setting it turns the \
-            tier on. Tiers in order: memory, in flight, disk, shared cache, origin",
+            tier on. Tiers in order: memory, in flight, host pixels, disk, shared cache, origin",
         python: "disk_cache_dir",
         python_value: "a path (`str` or `os.PathLike`)",
         read: Read::Same(|c, v| {

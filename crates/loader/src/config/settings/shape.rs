@@ -113,6 +113,8 @@ pub(in crate::config) enum CheckedBy {
     SharedCache(mmcache_shared_cache::Field),
     /// [`mmcache_disk_cache::DiskCacheConfig::validate`].
     Disk(mmcache_disk_cache::Field),
+    /// The same, of the host pixel tier's configuration.
+    Host(mmcache_disk_cache::Field),
 }
 
 /// The tables of docs/configuration.md, each generated from the settings declared in it.
@@ -126,17 +128,20 @@ pub enum Section {
     SharedCache,
     /// The host disk tier.
     Disk,
+    /// The host pixel tier.
+    Host,
     /// Hedged reads and bounded writes of the shared cache.
     Hedge,
 }
 
 impl Section {
     /// Every section, in the order of docs/configuration.md.
-    pub const ALL: [Section; 5] = [
+    pub const ALL: [Section; 6] = [
         Section::Dynamo,
         Section::Own,
         Section::SharedCache,
         Section::Disk,
+        Section::Host,
         Section::Hedge,
     ];
 
@@ -147,6 +152,7 @@ impl Section {
             Section::Own => "own",
             Section::SharedCache => "shared-cache",
             Section::Disk => "disk",
+            Section::Host => "host-pixels",
             Section::Hedge => "hedge",
         }
     }
