@@ -42,6 +42,20 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// A fresh path (removed if it was there, not created) for `name` on a memory file system
+/// (`/dev/shm`, as the host pixel tier wants), else in the temporary folder.
+pub fn memory_dir(name: &str) -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let p = base.join(format!("mmcache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
 /// A port on 127.0.0.1 where nothing listens: bound, then released at once. Connections to it
 /// are refused (another process could take it in between; tests accept that tiny chance).
 pub fn closed_port() -> u16 {

@@ -15,6 +15,20 @@ pub(crate) fn mmcache() -> Command {
     cmd
 }
 
+/// The stdout of `child` once it exited successfully (fails the test with its output
+/// otherwise).
+pub(crate) fn stdout_of(child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// Exit code, stdout and stderr.
 pub(crate) fn text(out: &Output) -> (Option<i32>, String, String) {
     (

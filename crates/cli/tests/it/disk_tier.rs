@@ -10,7 +10,7 @@ use mmcache_scope::CacheIdentity;
 use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 
-use crate::common::scratch;
+use crate::common::{scratch, stdout_of};
 
 /// `mmcache load --json` over `urls` with the disk tier in `dir`.
 fn worker(dir: &Path, urls: &[String], extra: &[(&str, &str)]) -> Child {
@@ -31,15 +31,8 @@ fn worker(dir: &Path, urls: &[String], extra: &[(&str, &str)]) -> Child {
 
 /// Waits for a worker; returns the `source` of each load, in order.
 fn sources(child: Child) -> Vec<String> {
-    let out = child.wait_with_output().expect("wait");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "exit {:?}: {text}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text.lines()
+    stdout_of(child)
+        .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
             assert_eq!(v["ok"], true, "{l}");

@@ -13,19 +13,13 @@ use mmcache_test_support::images;
 use mmcache_test_support::origin::{Route, TestOrigin};
 use serde_json::Value;
 
-use crate::common::{Dir, mmcache};
+use crate::common::{Dir, mmcache, stdout_of};
 
-/// A scratch directory on a memory file system (`/dev/shm`), else in the temporary folder.
+/// A scratch directory on a memory file system (`/dev/shm`), removed on drop.
 fn scratch(name: &str) -> Dir {
-    let base = Path::new("/dev/shm");
-    let base = if base.is_dir() {
-        base.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let p = base.join(format!("mmcache-host-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    Dir(p)
+    Dir(mmcache_test_support::memory_dir(&format!(
+        "cli-host-{name}"
+    )))
 }
 
 /// `mmcache load --json --digest --metrics` over `urls` with the host pixel tier in `dir`.
@@ -54,6 +48,16 @@ impl Run {
             .collect()
     }
 
+    /// Every one of `n` loads answered, each with the pixels `want` has for its URL.
+    fn assert_every_load_right(&self, n: usize, urls: &[String], want: &[String]) {
+        assert_eq!(self.loads.len(), n, "every load answered");
+        for load in &self.loads {
+            let url = load["url"].as_str().expect("url");
+            let i = urls.iter().position(|u| u == url).expect("known");
+            assert_eq!(load["pixels"], want[i].as_str(), "{url}");
+        }
+    }
+
     /// The pixel digest of `url`'s load.
     fn digest(&self, url: &str) -> &str {
         let load = self.loads.iter().find(|l| l["url"] == url).expect("loaded");
@@ -62,14 +66,7 @@ impl Run {
 }
 
 fn finish(child: Child) -> Run {
-    let out = child.wait_with_output().expect("wait");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "exit {:?}: {text}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = stdout_of(child);
     let mut run = Run {
         loads: Vec::new(),
         decodes: 0,
@@ -307,13 +304,8 @@ fn processes_map_entries_while_others_evict_them() {
         .collect();
     let mut hosts = 0;
     for run in workers.into_iter().map(finish) {
-        assert_eq!(run.loads.len(), all.len(), "every load answered");
-        for load in &run.loads {
-            let url = load["url"].as_str().expect("url");
-            let i = urls.iter().position(|u| u == url).expect("known");
-            assert_eq!(load["pixels"], want[i].as_str(), "{url}");
-            hosts += usize::from(load["source"] == "host");
-        }
+        run.assert_every_load_right(all.len(), &urls, &want);
+        hosts += run.sources().iter().filter(|s| **s == "host").count();
     }
     assert!(
         hosts > 0,
@@ -397,12 +389,7 @@ fn loads_go_on_while_the_directory_is_removed_under_running_processes() {
         let _ = std::fs::remove_dir_all(&dir.0);
     }
     for run in workers.into_iter().map(finish) {
-        assert_eq!(run.loads.len(), all.len(), "every load answered");
-        for load in &run.loads {
-            let url = load["url"].as_str().expect("url");
-            let i = urls.iter().position(|u| u == url).expect("known");
-            assert_eq!(load["pixels"], want[i].as_str(), "{url}");
-        }
+        run.assert_every_load_right(all.len(), &urls, &want);
     }
     // The tier works again once the directory is left alone.
     once(&dir.0, &urls[..1]);

@@ -183,14 +183,21 @@ impl Config {
     /// on a healthy path it never fires before the deadlines it covers (90 s with the other
     /// defaults).
     pub fn load_timeout(&self) -> Duration {
-        self.load_timeout.unwrap_or_else(|| {
-            let lease = if self.shared.lease.enabled {
-                self.shared.lease.wait
-            } else {
-                Duration::ZERO
-            };
-            self.origin_timeout + self.decode_wait + lease + LOAD_TIMEOUT_SLACK
-        })
+        self.load_timeout
+            .unwrap_or_else(|| self.fill_wait() + LOAD_TIMEOUT_SLACK)
+    }
+
+    /// How long a fill of another process of the host may take, so that a process waiting
+    /// for the host's fill lock (disk entries, host pixels) waits no longer: its origin
+    /// deadline, decode wait and lease wait (when the lease is on), each bounded by its own
+    /// setting.
+    pub(crate) fn fill_wait(&self) -> Duration {
+        let lease = if self.shared.lease.enabled {
+            self.shared.lease.wait
+        } else {
+            Duration::ZERO
+        };
+        self.origin_timeout + self.decode_wait + lease
     }
 
     /// The deadline of one embedding compute: the one set, else

@@ -34,14 +34,9 @@ impl DiskStep {
         background: &Arc<Background>,
         write_memory: &WriteMemory,
     ) -> Self {
-        let lease = if config.shared.lease.enabled {
-            config.shared.lease.wait
-        } else {
-            Duration::ZERO
-        };
         Self {
             cache,
-            fill_wait: config.origin_timeout + config.decode_wait + lease,
+            fill_wait: config.fill_wait(),
             background: background.clone(),
             write_memory: write_memory.clone(),
         }

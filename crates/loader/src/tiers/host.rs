@@ -61,15 +61,10 @@ impl HostStep {
         background: &Arc<Background>,
         write_memory: &WriteMemory,
     ) -> Self {
-        let lease = if config.shared.lease.enabled {
-            config.shared.lease.wait
-        } else {
-            Duration::ZERO
-        };
         Self {
             cache,
             limits,
-            fill_wait: config.origin_timeout + config.decode_wait + lease,
+            fill_wait: config.fill_wait(),
             decoded: decoded.clone(),
             background: background.clone(),
             write_memory: write_memory.clone(),

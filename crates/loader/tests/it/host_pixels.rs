@@ -15,17 +15,9 @@ use mmcache_test_support::origin::{Route, TestOrigin};
 
 use crate::common::Dir;
 
-/// A scratch directory on a memory file system (`/dev/shm`), else in the temporary folder.
+/// A scratch directory on a memory file system (`/dev/shm`), removed on drop.
 fn scratch(name: &str) -> Dir {
-    let base = Path::new("/dev/shm");
-    let base = if base.is_dir() {
-        base.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let p = base.join(format!("mmcache-host-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    Dir(p)
+    Dir(mmcache_test_support::memory_dir(&format!("host-{name}")))
 }
 
 fn builder(dir: &Path) -> LoaderBuilder {
