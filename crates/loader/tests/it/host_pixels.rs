@@ -53,8 +53,9 @@ async fn a_second_loader_maps_what_the_first_decoded_and_the_first_drops_its_cop
     let url = origin.url("/a.png");
     let first = builder(&dir.0).build().unwrap();
     let loaded = first.load_detailed(&url, None).await.unwrap();
+    // Decoded here (the image handed out may already be the mapping when its entry landed
+    // before the load's own insert).
     assert_eq!(loaded.source, Source::Origin);
-    assert!(!loaded.image.is_mapped(), "decoded here");
     let own = loaded.image.pixels().to_vec();
     drop(loaded);
     settle(&first).await;
