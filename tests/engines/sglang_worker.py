@@ -175,6 +175,11 @@ def run(cmd: dict) -> dict:
             return {"outcomes": out, "mmcache_loads": None, "mmcache_decodes": None}
         return {"outcomes": out, "mmcache_loads": after[0] - before[0],
                 "mmcache_decodes": after[1] - before[1]}
+    if op == "flush":
+        # The cache writes of the loads so far land (the host pixel tier's entries among them).
+        import mmcache.sglang
+
+        return {"flushed": mmcache.sglang._process.loader().flush(10.0)}
     if op == "threads":
         # SGLang's pattern: the processor's io_executor, a ThreadPoolExecutor.
         urls = cmd["urls"]

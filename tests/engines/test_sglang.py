@@ -154,6 +154,31 @@ def test_every_corpus_image_is_sglangs_own(workers, origin, path, corpus):
     assert ours["mmcache_loads"] >= len(items)  # through mmcache, not around it
 
 
+def test_host_pixel_hits_are_sglangs_own(workers, origin, path, corpus):
+    """Two plugin processes share a host pixel tier: the first decodes every corpus image and
+    writes its pixels, the second maps them (no decode) and gets SGLang's own outcome."""
+    cases, files = corpus
+    items = [{"url": origin.image(path(c["file"]), files[c["name"]])} for c in cases]
+    host = tempfile.mkdtemp(prefix="mmcache-sglang-host-",
+                            dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    env = worker_env(MMCACHE_HOST_PIXELS_DIR=os.path.join(host, "tier"))
+    first, second = Worker("plugin", env), Worker("plugin", env)
+    try:
+        own, _ = workers
+        theirs = own({"op": "load", "items": items})
+        wrote = first({"op": "load", "items": items})
+        assert first({"op": "flush"})["flushed"]
+        mapped = second({"op": "load", "items": items})
+    finally:
+        first.close()
+        second.close()
+    for outcomes in (wrote, mapped):
+        got = [same(o[0]) for o in outcomes["outcomes"]]
+        assert got == [same(o[0]) for o in theirs["outcomes"]]
+    assert wrote["mmcache_decodes"] > 100
+    assert mapped["mmcache_decodes"] == 0, "every image the first decoded is mapped"
+
+
 def test_other_inputs_are_sglangs_own(workers, tmp_path):
     data = png(colour=(9, 8, 7))
     file = tmp_path / "img.png"

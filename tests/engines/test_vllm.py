@@ -134,6 +134,46 @@ def test_every_corpus_image_is_vllms_own(fresh, origin, path, corpus, media_io_k
     assert not differing
 
 
+@pytest.mark.parametrize("image_mode", ["RGB", None])
+def test_host_pixel_hits_are_vllms_own(monkeypatch, origin, path, corpus, tmp_path, image_mode):
+    """Two process loaders (two worker processes' decoded caches) share a host pixel tier: the
+    first decodes every corpus image and writes its pixels, the second maps them, and both
+    give what vLLM's own connector gives (mm_hash included)."""
+    host = tempfile.mkdtemp(prefix="mmcache-vllm-host-",
+                            dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    monkeypatch.setenv("MMCACHE_HOST_PIXELS_DIR", os.path.join(host, "tier"))
+    monkeypatch.setenv("DYN_MM_ALLOW_INTERNAL", "1")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
+    cases, files = corpus
+    urls = [origin.image(path(c["file"]), files[c["name"]]) for c in cases]
+
+    def host_loads() -> int:
+        return sum(int(float(line.rsplit(" ", 1)[1]))
+                   for line in mmcache.metrics_text().splitlines()
+                   if line.startswith('mmcache_loads_total{') and 'source="host"' in line
+                   and 'outcome="ok"' in line)
+
+    async def through(process):
+        monkeypatch.setattr(mv, "_process", process)
+        out = [outcome(await fetch(mv.MmcacheMediaConnector(), u, image_mode=image_mode))
+               for u in urls]
+        assert await process.loader().flush_async(10.0)
+        return out
+
+    async def go():
+        theirs = [outcome(await fetch(MediaConnector(), u, image_mode=image_mode)) for u in urls]
+        wrote = await through(ProcessLoader({"MMCACHE_ALLOW_HTTP": "1"}))
+        before = host_loads()
+        mapped = await through(ProcessLoader({"MMCACHE_ALLOW_HTTP": "1"}))
+        return theirs, wrote, mapped, host_loads() - before
+
+    theirs, wrote, mapped, hits = run(go())
+    assert wrote == theirs
+    assert mapped == theirs
+    images = sum(1 for o in theirs if o[0] != "error")
+    assert hits > images // 2, f"{hits} host hits for {images} images"
+
+
 def test_the_original_mode_is_kept_with_image_mode_none(fresh, origin, path):
     rgba = Image.new("RGBA", (9, 7), (10, 20, 30, 100))
     buf = io.BytesIO()
