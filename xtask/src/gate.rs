@@ -4,6 +4,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
+use crate::background::{self, Job};
 use crate::setup::{
     VENV, dynamo_wheel, ensure_prerequisites, maturin_develop, python_venv, python_venv_with, step,
     valkey_server,
@@ -11,11 +12,27 @@ use crate::setup::{
 
 pub(crate) fn run() -> anyhow::Result<()> {
     ensure_prerequisites()?;
-    let python = python_venv(VENV)?;
-    let wheel = dynamo_wheel(&python)?;
-    // vLLM's own hasher regenerates our hash vectors (the Rust test below checks our digest
-    // against the committed ones).
-    crate::vllm_hashes::check(&python)?;
+    // The venvs and the wheels wait on the network and the disk, the checks below on the CPU:
+    // the set-up runs in the background (background.rs) and is joined where first needed.
+    let python_setup = background::spawn(
+        "target/venv, the ai-dynamo and vLLM wheels",
+        &setup_log("venv"),
+        || {
+            let python = python_venv(VENV)?;
+            let wheel = dynamo_wheel(&python)?;
+            crate::vllm_hashes::download(&python)?;
+            Ok((python, wheel))
+        },
+    )?;
+    let pillow_oldest =
+        background::spawn(PILLOW_OLDEST_VENV, &setup_log("venv-pillow-oldest"), || {
+            python_venv_with(PILLOW_OLDEST_VENV, PILLOW_OLDEST)
+        })?;
+    let engines_venv = background::spawn(
+        crate::engines::ENGINES_VENV,
+        &setup_log("venv-engines"),
+        crate::engines::engines_venv,
+    )?;
     // The fuzz workspace has a lock file of its own, which `cargo xtask fuzz` builds with
     // `--locked`: a change to our crates' dependencies must update it too. Checked here, in a
     // second, rather than at the end of CI.
@@ -43,6 +60,10 @@ pub(crate) fn run() -> anyhow::Result<()> {
             "warnings",
         ]),
     )?;
+    let (python, wheel) = python_setup.join()?;
+    // vLLM's own hasher regenerates our hash vectors (the Rust test below checks our digest
+    // against the committed ones).
+    crate::vllm_hashes::check(&python)?;
     step(
         "test",
         Command::new("cargo")
@@ -67,8 +88,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
             .env("MMCACHE_PYTHON", &python)
             .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
-    python_package(&python, &valkey)?;
-    engines(&wheel)?;
+    python_package(&python, &valkey, pillow_oldest)?;
+    engines(&wheel, engines_venv)?;
     deploy_kit(&python)?;
     step(
         "doc",
@@ -83,10 +104,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The log of the background set-up job `name`: target/setup-logs/`name`.log.
+fn setup_log(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("target/setup-logs").join(format!("{name}.log"))
+}
+
 /// Builds the Python package (crates/python) into target/venv with maturin and runs its
 /// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey,
-/// and the PIL tests once more on the oldest Pillow the package supports.
-fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
+/// and the PIL tests once more on the oldest Pillow the package supports (the venv of
+/// `pillow_oldest`).
+fn python_package(python: &str, valkey: &str, pillow_oldest: Job<String>) -> anyhow::Result<()> {
     maturin_develop(VENV, false)?;
     step(
         "pytest tests/python",
@@ -98,7 +125,7 @@ fn python_package(python: &str, valkey: &str) -> anyhow::Result<()> {
     )?;
     // The same extension (maturin develop left it in crates/python/python) under the oldest
     // Pillow: Image.fromarrow and read-only images behave as the PIL tests expect there too.
-    let oldest = python_venv_with(PILLOW_OLDEST_VENV, PILLOW_OLDEST)?;
+    let oldest = pillow_oldest.join()?;
     step(
         "pytest tests/python/test_pil.py on the oldest supported Pillow",
         pytest(&oldest, &["tests/python/test_pil.py"]).env("PYTHONPATH", "crates/python/python"),
@@ -124,10 +151,11 @@ fn pytest(python: &str, extra: &[&str]) -> Command {
 }
 
 /// The engine integrations against the engines themselves: target/venv-engines (the real vLLM
-/// 0.34.0 and SGLang 0.5.23 on CPU), the Python package built into it, the smoke check, and
-/// the oracle tests of tests/engines (theirs beside ours, on the same images).
-fn engines(dynamo_wheel: &std::path::Path) -> anyhow::Result<()> {
-    let python = crate::engines::engines_venv()?;
+/// 0.34.0 and SGLang 0.5.23 on CPU; the venv of `engines_venv`), the Python package built into
+/// it, the smoke check, and the oracle tests of tests/engines (theirs beside ours, on the same
+/// images).
+fn engines(dynamo_wheel: &std::path::Path, engines_venv: Job<String>) -> anyhow::Result<()> {
+    let python = engines_venv.join()?;
     maturin_develop(crate::engines::ENGINES_VENV, false)?;
     crate::engines::check_engines(&python)?;
     step(

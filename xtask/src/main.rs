@@ -27,6 +27,7 @@
 //! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
 //!   CPython 3.9 and 3.13 venvs and tests it with the host's libturbojpeg masked.
 
+mod background;
 mod bench;
 mod chaos;
 mod common;

@@ -82,8 +82,13 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
     step("maturin develop -m crates/python/Cargo.toml", &mut cmd)
 }
 
-/// Runs `cmd` as the step `name`: announced, timed, and an error when it fails.
+/// Runs `cmd` as the step `name`: announced, timed, and an error when it fails. In the thread
+/// of a background job ([`crate::background`]) the announcement, the time and the command's
+/// output go to the job's log instead of the terminal.
 pub(crate) fn step(name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    if let Some(done) = crate::background::step(name, cmd) {
+        return done;
+    }
     println!("==> {name}");
     let started = std::time::Instant::now();
     let status = cmd.status().with_context(|| format!("run {name}"))?;

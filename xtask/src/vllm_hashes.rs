@@ -2,9 +2,10 @@
 //! crates/decode/tests/vllm_hashes.tsv from its own `MultiModalHasher` into a file there and
 //! fails on any difference from the committed file.
 //!
-//! A gate step ([`check`]): the wheel is 336 MB; its download took 64 s and 33 s here
-//! (`pip download --no-cache-dir`, 2026-12-01), 17 s from pip's cache, about 2 % of the
-//! gate. The gate's `cargo test --workspace` runs the Rust test on the committed vectors
+//! A gate step ([`download`], in the background while the gate compiles, then [`check`]): the
+//! wheel is 336 MB; its download took 64 s and 33 s here (`pip download --no-cache-dir`,
+//! 2026-12-01), 17 s from pip's cache, about 2 % of the gate. The gate's
+//! `cargo test --workspace` runs the Rust test on the committed vectors
 //! (crates/decode/tests/it/vllm_hash.rs), so the two together prove our digest is vLLM's.
 //! `cargo xtask vllm-hashes` ([`run`]) does the same alone, then that Rust test.
 
@@ -24,9 +25,12 @@ const COMMITTED: &str = "crates/decode/tests/vllm_hashes.tsv";
 /// The one member of the wheel the generator imports.
 const HASHER: &str = "vllm/multimodal/hasher.py";
 
-/// `cargo xtask vllm-hashes`: [`check`], then the Rust test on the committed vectors.
+/// `cargo xtask vllm-hashes`: [`download`], [`check`], then the Rust test on the committed
+/// vectors.
 pub(crate) fn run() -> anyhow::Result<()> {
-    check(&python_venv(VENV)?)?;
+    let python = python_venv(VENV)?;
+    download(&python)?;
+    check(&python)?;
     // `--workspace`: with `-p` cargo resolves features for that package alone and rebuilds
     // its dependencies. The test is the module `vllm_hash` of mmcache-decode's `it` binary.
     step(
@@ -37,10 +41,14 @@ pub(crate) fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Downloads the wheel (pip skips it when present), regenerates the vectors with `python`
-/// and fails on any difference from the committed file.
+/// Downloads the wheel into target/vllm with `python`'s pip (which skips it when present).
+pub(crate) fn download(python: &str) -> anyhow::Result<()> {
+    pip_download(python, VLLM, DIR)
+}
+
+/// Regenerates the vectors from the downloaded wheel with `python` and fails on any difference
+/// from the committed file.
 pub(crate) fn check(python: &str) -> anyhow::Result<()> {
-    pip_download(python, VLLM, DIR)?;
     let wheel = wheel_in(Path::new(DIR))?;
     step(
         &format!("unzip {HASHER}"),
