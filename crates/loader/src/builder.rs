@@ -558,6 +558,46 @@ mod tests {
         assert_eq!(unset.config().load_timeout, None);
     }
 
+    /// The text of a documented default (between its first backticks), if it has one.
+    fn documented(default: &str) -> Option<&str> {
+        default.split('`').nth(1)
+    }
+
+    #[test]
+    fn every_setting_reads_its_default_alike_by_its_variable_its_keyword_and_the_environment() {
+        let mut checked = 0;
+        for s in crate::SETTINGS.iter().filter(|s| !s.keyword_reads_apart()) {
+            let Some(text) = documented(s.default) else {
+                continue;
+            };
+            let by = |name: &str| {
+                LoaderBuilder::default()
+                    .with_setting(name, text)
+                    .unwrap_or_else(|e| panic!("{name}={text}: {e}"))
+            };
+            let from_env = with(&[(s.name, text)]).unwrap();
+            assert_same(&from_env, by(s.name).config());
+            assert_same(&from_env, by(s.python).config());
+            checked += 1;
+        }
+        assert!(checked > 35, "{checked} settings with a documented default");
+    }
+
+    #[test]
+    fn a_blank_text_leaves_a_setting_that_may_be_unset_unset() {
+        for s in crate::SETTINGS
+            .iter()
+            .filter(|s| s.default.starts_with("unset"))
+        {
+            for name in [s.name, s.python] {
+                let blank = LoaderBuilder::default()
+                    .with_setting(name, "")
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_same(blank.config(), &Config::default());
+            }
+        }
+    }
+
     #[test]
     fn a_keyword_whose_value_differs_from_its_variables_reads_its_own() {
         let set =

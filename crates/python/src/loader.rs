@@ -10,7 +10,7 @@ use mmcache_loader::{Config, Image, Loaded, LoaderBuilder, SETTINGS};
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 use pyo3_async_runtimes::generic::future_into_py;
 
 use crate::runtime::{self, PerProcess};
@@ -457,29 +457,24 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 
 /// The text a keyword's Python value stands for, which the setting's reader then reads as it
 /// reads its variable's text (the one generic place where a keyword becomes text): `True` and
-/// `False` are `1` and `0`, an `int` and a `float` their decimal spellings, a `str` itself, a
-/// path (`os.PathLike`) its file-system spelling, `bytes` their UTF-8 text, a list or a tuple
-/// its items' texts joined by commas, and `None` the blank text (unset).
+/// `False` (`numpy.bool_` too) are `1` and `0`, an integer (anything with `__index__`: numpy's,
+/// an `IntEnum`) its decimal spelling, a `float` (anything with `__float__`: numpy's, a
+/// `Decimal`) its shortest decimal spelling, a `str` itself, a path (`os.PathLike`) its
+/// file-system spelling, `bytes` or a `bytearray` their UTF-8 text, a list or a tuple its
+/// items' texts joined by commas, and `None` the blank text (unset).
 fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     if value.is_none() {
         return Ok(String::new());
     }
-    if let Ok(flag) = value.cast::<PyBool>() {
-        return Ok(if flag.is_true() { "1" } else { "0" }.to_owned());
-    }
-    if value.is_instance_of::<PyInt>() {
-        return value.str()?.extract::<String>();
-    }
-    if let Ok(number) = value.cast::<PyFloat>() {
-        // The shortest decimal that reads back as the same number, never an exponent.
-        return Ok(number.value().to_string());
-    }
     if let Ok(text) = value.cast::<PyString>() {
         return text.extract::<String>();
     }
-    if let Ok(bytes) = value.cast::<PyBytes>() {
-        return String::from_utf8(bytes.as_bytes().to_vec())
-            .map_err(|_| PyValueError::new_err(format!("{keyword}: expected UTF-8 bytes")));
+    // Before integers: a bool is one in Python.
+    if let Ok(flag) = value.extract::<bool>() {
+        return Ok(if flag { "1" } else { "0" }.to_owned());
+    }
+    if let Ok(index) = value.call_method0("__index__") {
+        return index.str()?.extract::<String>();
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
         let items = value
@@ -488,11 +483,27 @@ fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
             .collect::<PyResult<Vec<_>>>()?;
         return Ok(items.join(","));
     }
+    let bytes = if let Ok(bytes) = value.cast::<PyBytes>() {
+        Some(bytes.as_bytes().to_vec())
+    } else if let Ok(bytes) = value.cast::<PyByteArray>() {
+        Some(bytes.to_vec())
+    } else {
+        None
+    };
+    if let Some(bytes) = bytes {
+        return String::from_utf8(bytes)
+            .map_err(|_| PyValueError::new_err(format!("{keyword}: expected UTF-8 bytes")));
+    }
     if let Ok(path) = value.extract::<std::path::PathBuf>() {
         return path
             .into_os_string()
             .into_string()
             .map_err(|_| PyValueError::new_err(format!("{keyword}: expected a UTF-8 path")));
+    }
+    // Last: `__float__` (a float, numpy's, a Decimal); the shortest decimal that reads back
+    // as the same number, never an exponent.
+    if let Ok(number) = value.extract::<f64>() {
+        return Ok(number.to_string());
     }
     Err(PyTypeError::new_err(format!(
         "{keyword}: expected a bool, int, float, str, path, bytes, list or None, got {}",

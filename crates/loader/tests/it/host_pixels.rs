@@ -1,6 +1,6 @@
 //! The host pixel tier within one process: loaders with decoded caches of their own sharing a
 //! real directory on a memory file system, as a host's worker processes do (the same
-//! across real processes: crates/cli/tests/host_pixels.rs). A second loader maps what the first
+//! across real processes: crates/cli/tests/it/host_pixels.rs). A second loader maps what the first
 //! decoded; the first swaps its own pixels for the mapping; a mapping outlives its entry; the
 //! profiles, scopes and limits of a loader hold for what it maps; mapped images are charged
 //! their share of the tier in the decoded cache.

@@ -9,7 +9,9 @@ use mmcache_disk_cache::Field as disk;
 
 use super::shape::{CheckedBy, Read, Section, Setting};
 use crate::config::error::Refusal;
-use crate::config::parse::{parse_millis, parse_positive_int, parse_secs, parse_whole_secs};
+use crate::config::parse::{
+    optional, parse_millis, parse_positive_int, parse_secs, parse_whole_secs,
+};
 
 /// Directory of the host's disk tier; setting it turns the tier on.
 pub const DISK_CACHE_DIR: &str = "MMCACHE_DISK_CACHE_DIR";
@@ -88,10 +90,11 @@ pub(super) const SETTINGS: [Setting; 5] = [
         python: "disk_cache_group",
         python_value: "a gid (int) or a group name",
         read: Read::Same(|c, v| {
-            let gid = mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
-                "a gid or the name of a group in /etc/group",
-            ))?;
-            c.disk.group = Some(gid);
+            c.disk.group = optional(v, |v| {
+                mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
+                    "a gid or the name of a group in /etc/group",
+                ))
+            })?;
             Ok(())
         }),
     },

@@ -10,7 +10,9 @@ use mmcache_disk_cache::Field as host;
 
 use super::shape::{CheckedBy, Read, Section, Setting};
 use crate::config::error::Refusal;
-use crate::config::parse::{parse_millis, parse_positive_int, parse_secs, parse_whole_secs};
+use crate::config::parse::{
+    optional, parse_millis, parse_positive_int, parse_secs, parse_whole_secs,
+};
 
 /// Directory of the host pixel tier, on a memory file system; setting it turns the tier on.
 pub const HOST_PIXELS_DIR: &str = "MMCACHE_HOST_PIXELS_DIR";
@@ -93,10 +95,11 @@ pub(super) const SETTINGS: [Setting; 5] = [
         python: "host_pixels_group",
         python_value: "a gid (int) or a group name",
         read: Read::Same(|c, v| {
-            let gid = mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
-                "a gid or the name of a group in /etc/group",
-            ))?;
-            c.host.group = Some(gid);
+            c.host.group = optional(v, |v| {
+                mmcache_disk_cache::group_id(v).ok_or(Refusal::Expected(
+                    "a gid or the name of a group in /etc/group",
+                ))
+            })?;
             Ok(())
         }),
     },

@@ -132,15 +132,16 @@ pub(super) const CACHES_AND_ORIGIN: [Setting; 6] = [
         // The keyword takes the PEM bytes themselves.
         python: "shared_cache_tls_root_ca",
         python_value: "bytes: the PEM itself (the variable names a file)",
+        // Blank (`None` from Python): unset, the system store.
         read: Read::Apart {
             variable: |c, v| {
-                let pem =
-                    std::fs::read(v.trim()).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-                c.shared.tls_root_ca_pem = Some(pem);
+                c.shared.tls_root_ca_pem = optional(v, |v| {
+                    std::fs::read(v.trim()).map_err(|e| Refusal::Unreadable(e.to_string()))
+                })?;
                 Ok(())
             },
             keyword: |c, v| {
-                c.shared.tls_root_ca_pem = Some(v.as_bytes().to_vec());
+                c.shared.tls_root_ca_pem = optional(v, |v| Ok(v.as_bytes().to_vec()))?;
                 Ok(())
             },
         },
@@ -239,7 +240,7 @@ pub(super) const DECODE_AND_POLICY: [Setting; 9] = [
         python: "libturbojpeg",
         python_value: "a path (`str` or `os.PathLike`)",
         read: Read::Same(|c, v| {
-            c.libturbojpeg = Some(PathBuf::from(v.trim()));
+            c.libturbojpeg = optional(v, |v| Ok(PathBuf::from(v.trim())))?;
             Ok(())
         }),
     },

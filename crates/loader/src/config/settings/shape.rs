@@ -70,6 +70,13 @@ impl Setting {
             })
     }
 
+    /// Whether its keyword takes a value of its own (another unit, or more than the
+    /// variable's text), read by a reader of its own.
+    #[cfg(test)]
+    pub(crate) fn keyword_reads_apart(&self) -> bool {
+        matches!(self.read, Read::Apart { .. })
+    }
+
     /// Reads `text` into `config` as the name it was given under (its variable or its keyword)
     /// takes it; a refusal names the setting by that name.
     pub(crate) fn read_as(
