@@ -109,17 +109,25 @@ def item_input(item: dict):
     raise ValueError(f"unknown item {item}")
 
 
-def mmcache_counts() -> tuple[int, int]:
-    """mmcache's loads (every source and outcome) and decodes in this process so far."""
+def mmcache_counts() -> tuple[int, int, int, int]:
+    """mmcache's loads (every source and outcome), decodes, host pixel tier hits and host
+    pixel tier writes in this process so far."""
     import mmcache
 
-    loads = decodes = 0
+    loads = decodes = host_hits = host_writes = 0
     for line in mmcache.metrics_text().splitlines():
+        if not line.startswith("mmcache_"):
+            continue  # comments and blank lines
+        value = int(float(line.rsplit(" ", 1)[1]))
         if line.startswith("mmcache_loads_total{"):
-            loads += int(float(line.rsplit(" ", 1)[1]))
+            loads += value
+            if 'source="host"' in line and 'outcome="ok"' in line:
+                host_hits += value
         elif line.startswith("mmcache_decode_duration_seconds_count{"):
-            decodes += int(float(line.rsplit(" ", 1)[1]))
-    return loads, decodes
+            decodes += value
+        elif line.startswith('mmcache_host_pixels_writes_total{outcome="success"}'):
+            host_writes += value
+    return loads, decodes, host_hits, host_writes
 
 
 def installed() -> dict:
@@ -174,12 +182,13 @@ def run(cmd: dict) -> dict:
         if before is None:
             return {"outcomes": out, "mmcache_loads": None, "mmcache_decodes": None}
         return {"outcomes": out, "mmcache_loads": after[0] - before[0],
-                "mmcache_decodes": after[1] - before[1]}
+                "mmcache_decodes": after[1] - before[1], "host_hits": after[2] - before[2]}
     if op == "flush":
         # The cache writes of the loads so far land (the host pixel tier's entries among them).
         import mmcache.sglang
 
-        return {"flushed": mmcache.sglang._process.loader().flush(10.0)}
+        flushed = mmcache.sglang._process.loader().flush(10.0)
+        return {"flushed": flushed, "host_writes": mmcache_counts()[3]}
     if op == "threads":
         # SGLang's pattern: the processor's io_executor, a ThreadPoolExecutor.
         urls = cmd["urls"]
