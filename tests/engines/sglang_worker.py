@@ -125,7 +125,7 @@ def mmcache_counts() -> tuple[int, int, int, int]:
                 host_hits += value
         elif line.startswith("mmcache_decode_duration_seconds_count{"):
             decodes += value
-        elif line.startswith('mmcache_host_pixels_writes_total{outcome="success"}'):
+        elif line.startswith("mmcache_host_pixels_writes_total{") and 'outcome="success"' in line:
             host_writes += value
     return loads, decodes, host_hits, host_writes
 
@@ -180,7 +180,8 @@ def run(cmd: dict) -> dict:
             if security:
                 common.configure_media_url_security()  # SGLang's defaults again
         if before is None:
-            return {"outcomes": out, "mmcache_loads": None, "mmcache_decodes": None}
+            return {"outcomes": out, "mmcache_loads": None, "mmcache_decodes": None,
+                    "host_hits": None}
         return {"outcomes": out, "mmcache_loads": after[0] - before[0],
                 "mmcache_decodes": after[1] - before[1], "host_hits": after[2] - before[2]}
     if op == "flush":

@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -162,8 +163,12 @@ def test_host_pixel_hits_are_sglangs_own(workers, origin, path, corpus):
     host = tempfile.mkdtemp(prefix="mmcache-sglang-host-",
                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     env = worker_env(MMCACHE_HOST_PIXELS_DIR=os.path.join(host, "tier"))
-    first, second = Worker("plugin", env), Worker("plugin", env)
+    started = []
     try:
+        first = Worker("plugin", env)
+        started.append(first)
+        second = Worker("plugin", env)
+        started.append(second)
         own, _ = workers
         theirs = own({"op": "load", "items": items})
         wrote = first({"op": "load", "items": items})
@@ -171,8 +176,9 @@ def test_host_pixel_hits_are_sglangs_own(workers, origin, path, corpus):
         assert flushed["flushed"]
         mapped = second({"op": "load", "items": items})
     finally:
-        first.close()
-        second.close()
+        for worker in started:
+            worker.close()
+        shutil.rmtree(host)  # decoded pixels in memory until removed
     for outcomes in (wrote, mapped):
         got = [same(o[0]) for o in outcomes["outcomes"]]
         assert got == [same(o[0]) for o in theirs["outcomes"]]

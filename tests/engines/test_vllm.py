@@ -17,6 +17,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,12 +136,13 @@ def test_every_corpus_image_is_vllms_own(fresh, origin, path, corpus, media_io_k
 
 
 @pytest.mark.parametrize("image_mode", ["RGB", None])
-def test_host_pixel_hits_are_vllms_own(monkeypatch, origin, path, corpus, tmp_path, image_mode):
+def test_host_pixel_hits_are_vllms_own(request, monkeypatch, origin, path, corpus, image_mode):
     """Two process loaders (two worker processes' decoded caches) share a host pixel tier: the
     first decodes every corpus image and writes its pixels, the second maps them, and both
     give what vLLM's own connector gives (mm_hash included)."""
     host = tempfile.mkdtemp(prefix="mmcache-vllm-host-",
                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    request.addfinalizer(lambda: shutil.rmtree(host))  # decoded pixels in memory until removed
     monkeypatch.setenv("MMCACHE_HOST_PIXELS_DIR", os.path.join(host, "tier"))
     monkeypatch.setenv("DYN_MM_ALLOW_INTERNAL", "1")
     monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")

@@ -23,6 +23,8 @@ URL = "redis://127.0.0.1:1"  # never contacted: a loader connects on first use
 
 class Pixels(enum.IntEnum):
     SMALL = 1000
+
+
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
@@ -152,6 +154,9 @@ KINDS = {
     "numpy int": ("decode_concurrency", np.int64(3), "3"),
     "numpy bool": ("allow_internal", np.bool_(True), "1"),
     "numpy float": ("origin_timeout_secs", np.float32(2.5), "2.5"),
+    # Not exact as a binary fraction: its own spelling, not the f64 nearest float32's 0.1.
+    "numpy float32 0.1": ("origin_timeout_secs", np.float32(0.1), "0.1"),
+    "float with an exponent": ("max_pixels", 1e7, "10000000"),
     "IntEnum": ("max_pixels", Pixels.SMALL, "1000"),
     "Decimal": ("decode_wait_secs", decimal.Decimal("1.5"), "1.5"),
     "bytearray": ("jpeg_decoder", bytearray(b"pure-rust"), "pure-rust"),

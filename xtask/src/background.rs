@@ -3,19 +3,26 @@
 //!
 //! A job's steps ([`crate::setup::step`] called in its thread) write their `==>`/`<==` lines and
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves
-//! with the compiler's output. Joining prints how long the gate waited for
-//! the job, then the job's own timing lines; a failed job prints its whole log and fails the
-//! gate naming the step that failed. A job dropped before it is joined (the gate failed first)
-//! is cancelled: its running command is killed and the drop waits for the thread, so no pip
-//! goes on writing into a venv after the gate has exited.
+//! with the compiler's output. A job may start after another ([`Job::finished`]): pip's cache
+//! is not safe for two pips writing it at once, so the gate runs one pip at a time. Joining
+//! prints how long the gate waited for the job, then the job's own timing lines; a failed job
+//! prints its whole log and fails the gate naming the step that failed.
+//!
+//! A job dropped before it is joined (the gate failed first) is cancelled: its running command
+//! and that command's children (a command runs in a process group of its own) are killed, no
+//! later step starts, and the drop waits for the thread, so no pip goes on writing into a venv
+//! after the gate has exited. A job that had failed on its own says so then. Interrupted with
+//! Ctrl-C, the gate exits and a running set-up command finishes on its own (it is not in the
+//! terminal's foreground group).
 
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -27,9 +34,59 @@ pub(crate) struct Job<T> {
     name: &'static str,
     log: PathBuf,
     cancel: Arc<AtomicBool>,
+    finished: Finished,
     /// The work's result and how long it ran; `None` once joined.
     thread: Option<JoinHandle<(anyhow::Result<T>, Duration)>>,
 }
+
+/// Set once a job's thread has ended (however it ended); another job can wait for it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Finished(Arc<(Mutex<bool>, Condvar)>);
+
+impl Finished {
+    fn set(&self) {
+        let (done, changed) = &*self.0;
+        *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        changed.notify_all();
+    }
+
+    /// Waits until set; `false` when `cancel` was raised first.
+    fn wait(&self, cancel: &AtomicBool) -> bool {
+        let (done, changed) = &*self.0;
+        let mut finished = done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*finished {
+            if cancel.load(Ordering::Relaxed) {
+                return false;
+            }
+            finished = changed
+                .wait_timeout(finished, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+/// Sets its [`Finished`] when dropped: at the end of a job's thread, a panic included.
+struct SetOnDrop(Finished);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+/// The error of a step that did not run, or was killed, because its job was cancelled.
+#[derive(Debug)]
+struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
 
 /// What a job's thread knows: where its steps write, and whether to stop.
 struct InJob {
@@ -42,8 +99,14 @@ thread_local! {
     static IN_JOB: RefCell<Option<InJob>> = const { RefCell::new(None) };
 }
 
-/// Starts `work` in a thread of its own as the job `name`, its steps logged to the file `log`.
-pub(crate) fn spawn<T, F>(name: &'static str, log: &Path, work: F) -> anyhow::Result<Job<T>>
+/// Starts `work` in a thread of its own as the job `name`, its steps logged to the file `log`;
+/// with `after`, once that job has finished (its outcome does not matter: its joiner sees it).
+pub(crate) fn spawn<T, F>(
+    name: &'static str,
+    log: &Path,
+    after: Option<Finished>,
+    work: F,
+) -> anyhow::Result<Job<T>>
 where
     T: Send + 'static,
     F: FnOnce() -> anyhow::Result<T> + Send + 'static,
@@ -53,14 +116,22 @@ where
     }
     let file = File::create(log).with_context(|| format!("create {}", log.display()))?;
     let cancel = Arc::new(AtomicBool::new(false));
+    let finished = Finished::default();
     let in_job = InJob {
         log: file,
         cancel: cancel.clone(),
     };
+    let on_end = SetOnDrop(finished.clone());
     println!("==> {name}: in the background (log: {})", log.display());
     let thread = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
+            let _on_end = on_end;
+            if let Some(before) = after
+                && !before.wait(&in_job.cancel)
+            {
+                return (Err(anyhow::Error::new(Cancelled)), Duration::ZERO);
+            }
             let started = Instant::now();
             IN_JOB.with(|slot| *slot.borrow_mut() = Some(in_job));
             (work(), started.elapsed())
@@ -70,19 +141,23 @@ where
         name,
         log: log.to_owned(),
         cancel,
+        finished,
         thread: Some(thread),
     })
 }
 
 impl<T> Job<T> {
+    /// Set when this job's thread has ended: a job to start after it waits for this.
+    pub(crate) fn finished(&self) -> Finished {
+        self.finished.clone()
+    }
+
     /// Waits for the job. Prints how long the gate waited and the job's own step times; on
     /// failure, its whole log and an error naming the job and the step.
     pub(crate) fn join(mut self) -> anyhow::Result<T> {
         let waiting = Instant::now();
         let thread = self.thread.take().context("a job is joined once")?;
-        let (result, ran) = thread
-            .join()
-            .unwrap_or_else(|_| (Err(anyhow!("its thread panicked")), Duration::ZERO));
+        let (result, ran) = joined(thread);
         // The gate's time for this step is the wait; the job's own time is beside it.
         println!(
             "<== {}: {:.0} s waited (it ran {:.0} s in the background)",
@@ -112,12 +187,36 @@ impl<T> Job<T> {
     }
 }
 
+/// The thread's result; a panic as an error with its message.
+fn joined<T>(thread: JoinHandle<(anyhow::Result<T>, Duration)>) -> (anyhow::Result<T>, Duration) {
+    thread.join().unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        (
+            Err(anyhow!("its thread panicked: {message}")),
+            Duration::ZERO,
+        )
+    })
+}
+
 impl<T> Drop for Job<T> {
-    /// Not joined: the gate failed before it needed the job. Stop it and wait.
+    /// Not joined: the gate failed before it needed the job. Stop it and wait; a job that had
+    /// already failed on its own says so, since its error would otherwise go unseen.
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
             self.cancel.store(true, Ordering::Relaxed);
-            let _ = thread.join();
+            if let (Err(e), _) = joined(thread)
+                && e.downcast_ref::<Cancelled>().is_none()
+            {
+                eprintln!(
+                    "{} (in the background) failed too: {e:#} (log: {})",
+                    self.name,
+                    self.log.display()
+                );
+            }
         }
     }
 }
@@ -128,27 +227,56 @@ pub(crate) fn step(name: &str, cmd: &mut Command) -> Option<anyhow::Result<()>> 
     IN_JOB.with(|slot| slot.borrow().as_ref().map(|job| logged(job, name, cmd)))
 }
 
+/// A running command's process group, killed when this is dropped before [`Group::wait`]
+/// returned (the job was cancelled, or writing its log failed).
+struct Group(Option<Child>);
+
+impl Group {
+    fn wait(&mut self, cancel: &AtomicBool) -> anyhow::Result<std::process::ExitStatus> {
+        let child = self.0.as_mut().context("a command is waited for once")?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.0 = None;
+                return Ok(status);
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Err(anyhow::Error::new(Cancelled));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // The group's id is the child's pid (process_group(0)); `kill` is the shell's.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn logged(job: &InJob, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    if job.cancel.load(Ordering::Relaxed) {
+        return Err(anyhow::Error::new(Cancelled)).context(name.to_owned());
+    }
     let mut log = &job.log;
     writeln!(log, "==> {name}")?;
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(job.log.try_clone()?)
-        .stderr(job.log.try_clone()?)
-        .spawn()
-        .with_context(|| format!("run {name}"))?;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if job.cancel.load(Ordering::Relaxed) {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{name}: cancelled");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut group = Group(Some(
+        cmd.stdin(Stdio::null())
+            .stdout(job.log.try_clone()?)
+            .stderr(job.log.try_clone()?)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("run {name}"))?,
+    ));
+    let status = group.wait(&job.cancel).context(name.to_owned())?;
     writeln!(log, "<== {name}: {:.0} s", started.elapsed().as_secs_f64())?;
     if !status.success() {
         bail!("{name} failed ({status})");
@@ -177,15 +305,18 @@ mod tests {
     #[test]
     fn a_jobs_steps_write_to_its_log_and_join_gives_its_result() {
         let path = log("ok");
-        let job = spawn("ok", &path, || {
+        let job = spawn("ok", &path, None, || {
             step("say hello", &mut sh("echo hello; echo oops >&2"))?;
             Ok(7)
         })
         .unwrap();
         assert_eq!(job.join().unwrap(), 7);
         let text = std::fs::read_to_string(&path).unwrap();
-        for line in ["==> say hello", "hello", "oops", "<== say hello: 0 s"] {
-            assert!(text.lines().any(|l| l == line), "{line:?} not in {text:?}");
+        for line in ["==> say hello", "hello", "oops", "<== say hello: "] {
+            assert!(
+                text.lines().any(|l| l.starts_with(line)),
+                "{line:?} not in {text:?}"
+            );
         }
         std::fs::remove_file(path).unwrap();
     }
@@ -193,7 +324,7 @@ mod tests {
     #[test]
     fn a_failed_step_fails_the_join_naming_the_job_and_the_step() {
         let path = log("fails");
-        let job: Job<()> = spawn("the job", &path, || {
+        let job: Job<()> = spawn("the job", &path, None, || {
             step("first", &mut sh("true"))?;
             step("second", &mut sh("exit 3"))?;
             step("third", &mut sh("true"))
@@ -210,22 +341,102 @@ mod tests {
         std::fs::remove_file(path).unwrap();
     }
 
+    /// Whether the process `pid` has ended (gone, or a zombie not yet reaped).
+    fn ended(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            // The state follows the command's name in parentheses.
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z')),
+        }
+    }
+
     #[test]
-    fn a_job_dropped_unjoined_is_stopped() {
+    fn a_job_dropped_unjoined_is_stopped_with_its_commands_children() {
         let path = log("dropped");
-        let job: Job<()> = spawn("sleeps", &path, || {
-            step("sleep", Command::new("sleep").arg("60"))
+        let pid_file = log("dropped-pid");
+        let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        let job: Job<()> = spawn("sleeps", &path, None, move || {
+            step("sleep", &mut sh(&script))
         })
         .unwrap();
-        // Let the command start, then drop the job: the drop kills it and waits for the thread.
-        std::thread::sleep(Duration::from_millis(300));
-        let started = Instant::now();
+        // The grandchild's pid, once the command has started it.
+        let pid = (0..100)
+            .find_map(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .filter(|p| p.ends_with('\n'))
+            })
+            .expect("the command started");
+        let pid = pid.trim();
+        assert!(!ended(pid));
+        // The drop kills the command's process group and waits for the thread.
         drop(job);
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            ended(pid)
+        });
+        assert!(gone, "the command's child {pid} outlived its job");
+        for f in [path, pid_file] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_job_after_another_starts_when_it_has_finished() {
+        let (first_log, second_log, marker) = (log("first"), log("second"), log("marker"));
+        let m = marker.clone();
+        let first: Job<()> = spawn("first", &first_log, None, move || {
+            step(
+                "sleep, then mark",
+                &mut sh(&format!("sleep 1; touch {}", m.display())),
+            )
+        })
+        .unwrap();
+        let m = marker.clone();
+        let second = spawn("second", &second_log, Some(first.finished()), move || {
+            Ok(m.exists())
+        })
+        .unwrap();
         assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            started.elapsed()
+            second.join().unwrap(),
+            "the second job ran before the first ended"
         );
+        first.join().unwrap();
+        for f in [first_log, second_log, marker] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_job_cancelled_while_it_waits_for_another_runs_no_step() {
+        let (first_log, second_log) = (log("long"), log("waiting"));
+        let first: Job<()> = spawn("long", &first_log, None, || {
+            step("sleep", &mut sh("sleep 60"))
+        })
+        .unwrap();
+        let second: Job<()> = spawn("waiting", &second_log, Some(first.finished()), || {
+            step("never", &mut sh("true"))
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(second);
+        drop(first);
+        assert_eq!(std::fs::read_to_string(&second_log).unwrap(), "");
+        for f in [first_log, second_log] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_job_fails_its_join_with_the_message() {
+        let path = log("panics");
+        let job: Job<()> = spawn("panics", &path, None, || panic!("the panic's words")).unwrap();
+        let error = format!("{:#}", job.join().unwrap_err());
+        assert!(error.contains("the panic's words"), "{error}");
         std::fs::remove_file(path).unwrap();
     }
 

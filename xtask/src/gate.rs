@@ -13,10 +13,12 @@ use crate::setup::{
 pub(crate) fn run() -> anyhow::Result<()> {
     ensure_prerequisites()?;
     // The venvs and the wheels wait on the network and the disk, the checks below on the CPU:
-    // the set-up runs in the background (background.rs) and is joined where first needed.
+    // the set-up runs in the background (background.rs) and is joined where first needed, one
+    // job after the other (two pips at once can corrupt pip's cache), in the order needed.
     let python_setup = background::spawn(
         "target/venv, the ai-dynamo and vLLM wheels",
         &setup_log("venv"),
+        None,
         || {
             let python = python_venv(VENV)?;
             let wheel = dynamo_wheel(&python)?;
@@ -24,13 +26,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
             Ok((python, wheel))
         },
     )?;
-    let pillow_oldest =
-        background::spawn(PILLOW_OLDEST_VENV, &setup_log("venv-pillow-oldest"), || {
-            python_venv_with(PILLOW_OLDEST_VENV, PILLOW_OLDEST)
-        })?;
+    let pillow_oldest = background::spawn(
+        PILLOW_OLDEST_VENV,
+        &setup_log("venv-pillow-oldest"),
+        Some(python_setup.finished()),
+        || python_venv_with(PILLOW_OLDEST_VENV, PILLOW_OLDEST),
+    )?;
     let engines_venv = background::spawn(
         crate::engines::ENGINES_VENV,
         &setup_log("venv-engines"),
+        Some(pillow_oldest.finished()),
         crate::engines::engines_venv,
     )?;
     // The fuzz workspace has a lock file of its own, which `cargo xtask fuzz` builds with

@@ -140,10 +140,10 @@ pub(crate) fn python_venv_with(venv: &str, requirements: &str) -> anyhow::Result
 }
 
 /// The interpreter of the virtual environment `venv`, which `python3 -m venv` makes when it is
-/// missing; an absolute path.
+/// missing or unfinished (no pip yet: its making was stopped); an absolute path.
 pub(crate) fn venv_python(venv: &str) -> anyhow::Result<String> {
     let python = format!("{venv}/bin/python");
-    if !std::path::Path::new(&python).exists() {
+    if !std::path::Path::new(&format!("{venv}/bin/pip")).exists() {
         step(
             "python venv",
             Command::new("python3").args(["-m", "venv", venv]),

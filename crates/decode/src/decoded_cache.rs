@@ -9,8 +9,9 @@ use quick_cache::sync::Cache;
 use crate::cache::{
     CacheStats, ENTRY_OVERHEAD_BYTES, Gauges, Key, Sizing, WeightedCache, identity_key,
 };
-use crate::image::{DEFAULT_MAX_PIXELS, DecodedImage};
+use crate::image::DecodedImage;
 use crate::layout::PixelLayout;
+use crate::limits::DEFAULT_MAX_PIXELS;
 use crate::profile::Variant;
 
 /// Default byte budget of the decoded-image cache: 1 GiB (`MMCACHE_DECODED_CACHE_BYTES`).

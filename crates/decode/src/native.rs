@@ -3,9 +3,10 @@
 
 use crate::error::{Error, Result};
 use crate::format::{ImageFormat, refusal};
-use crate::image::{DecodeLimits, Headers, Probe, decode_dynamic};
+use crate::image::{Headers, Probe, decode_dynamic};
 use crate::jpeg_choice::JpegDecoder;
 use crate::layout::{PixelLayout, rgb_into};
+use crate::limits::DecodeLimits;
 use crate::mode::{Mode, Opened, Raster};
 use crate::{gif, png_native, turbo};
 

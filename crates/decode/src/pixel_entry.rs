@@ -21,9 +21,10 @@ use mmcache_scope::{CacheIdentity, ContentKey};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::ImageFormat;
-use crate::image::{DecodeLimits, DecodedImage, Details};
+use crate::image::{DecodedImage, Details};
 use crate::jpeg_choice::JpegDecoder;
 use crate::layout::PixelLayout;
+use crate::limits::DecodeLimits;
 use crate::mode::{Mode, Opened, Transparency};
 use crate::profile::DecodeProfile;
 

@@ -473,7 +473,12 @@ fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(flag) = value.extract::<bool>() {
         return Ok(if flag { "1" } else { "0" }.to_owned());
     }
-    if let Ok(index) = value.call_method0("__index__") {
+    // An integer: anything `operator.index` takes (numpy's, an IntEnum), as a Python int.
+    if let Ok(index) = value
+        .py()
+        .import("operator")?
+        .call_method1("index", (value,))
+    {
         return index.str()?.extract::<String>();
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
@@ -500,13 +505,19 @@ fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
             .into_string()
             .map_err(|_| PyValueError::new_err(format!("{keyword}: expected a UTF-8 path")));
     }
-    // Last: `__float__` (a float, numpy's, a Decimal); the shortest decimal that reads back
-    // as the same number, never an exponent.
+    // Last: `__float__` (a float, numpy's, a Decimal). A whole number as an integer (`1e8`
+    // sets an integer setting too); any other as Python spells it, so numpy's float32 0.1 is
+    // `0.1` and a Decimal keeps its digits.
     if let Ok(number) = value.extract::<f64>() {
-        return Ok(number.to_string());
+        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole f64 below is exact
+        if number.fract() == 0.0 && number.abs() < EXACT {
+            return Ok(format!("{number:.0}"));
+        }
+        return value.str()?.extract::<String>();
     }
     Err(PyTypeError::new_err(format!(
-        "{keyword}: expected a bool, int, float, str, path, bytes, list or None, got {}",
+        "{keyword}: expected a bool, int, float, str, path, bytes, bytearray, list, tuple or \
+         None, got {}",
         value.get_type().name()?
     )))
 }

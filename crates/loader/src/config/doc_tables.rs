@@ -53,7 +53,12 @@ fn process_table() -> String {
 fn keyword_table() -> String {
     let mut out = String::from("| keyword | variable | value |\n|---|---|---|\n");
     for s in &SETTINGS {
-        let value = cell(s.python_value);
+        // A setting that may be unset takes `None` for it, as a blank variable.
+        let value = if s.default.starts_with("unset") && !s.python_value.contains("`None`") {
+            cell(&format!("{}, or `None` (unset)", s.python_value))
+        } else {
+            cell(s.python_value)
+        };
         out += &format!("| `{}` | `{}` | {value} |\n", s.python, s.name);
     }
     out
