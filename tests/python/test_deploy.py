@@ -12,10 +12,16 @@ SUFFIXES = ("_bucket", "_count", "_sum")
 
 
 def registered():
-    """Metric names as string literals in the crates' sources."""
+    """Metric names as string literals in the crates' sources, and the names a macro there
+    builds (`concat!($prefix, "_reads_total")`) for each name literal of its file (disk-cache's
+    families: the disk tier's and the host pixel tier's)."""
     names = set()
     for path in (ROOT / "crates").glob("*/src/**/*.rs"):
-        names.update(re.findall(r'"((?:mmcache|dynamo_component)_[a-z0-9_]+)"', path.read_text()))
+        text = path.read_text()
+        literals = re.findall(r'"((?:mmcache|dynamo_component)_[a-z0-9_]+)"', text)
+        names.update(literals)
+        for suffix in re.findall(r'concat!\(\$prefix, "([a-z0-9_]+)"\)', text):
+            names.update(prefix + suffix for prefix in literals)
     return names
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import decimal
 import enum
+import fractions
 import pathlib
 import re
 
@@ -157,6 +158,9 @@ KINDS = {
     # Not exact as a binary fraction: its own spelling, not the f64 nearest float32's 0.1.
     "numpy float32 0.1": ("origin_timeout_secs", np.float32(0.1), "0.1"),
     "float with an exponent": ("max_pixels", 1e7, "10000000"),
+    "whole float past 2**53": ("max_pixels", 1e16, "10000000000000000"),
+    # Its str ("5/2") is not a number: the float it converts to.
+    "Fraction": ("origin_timeout_secs", fractions.Fraction(5, 2), "2.5"),
     "IntEnum": ("max_pixels", Pixels.SMALL, "1000"),
     "Decimal": ("decode_wait_secs", decimal.Decimal("1.5"), "1.5"),
     "bytearray": ("jpeg_decoder", bytearray(b"pure-rust"), "pure-rust"),

@@ -4,21 +4,20 @@
 //! A job's steps ([`crate::setup::step`] called in its thread) write their `==>`/`<==` lines and
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves
 //! with the compiler's output. A job may start after another ([`Job::finished`]): pip's cache
-//! is not safe for two pips writing it at once, so the gate runs one pip at a time. Joining
+//! is not safe for two pips writing it at once, so the gate's set-up runs one pip at a time.
+//! Joining
 //! prints how long the gate waited for the job, then the job's own timing lines; a failed job
 //! prints its whole log and fails the gate naming the step that failed.
 //!
 //! A job dropped before it is joined (the gate failed first) is cancelled: its running command
-//! and that command's children (a command runs in a process group of its own) are killed, no
-//! later step starts, and the drop waits for the thread, so no pip goes on writing into a venv
-//! after the gate has exited. A job that had failed on its own says so then. Interrupted with
-//! Ctrl-C, the gate exits and a running set-up command finishes on its own (it is not in the
-//! terminal's foreground group).
+//! and every process below it are killed, no later step of it starts, a job to start after it
+//! does not start, and the drop waits for the thread, so no pip goes on writing into a venv
+//! after the gate has exited. A job that had failed on its own says so then. A command stays
+//! in the gate's process group, so Ctrl-C stops it with the gate.
 
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,40 +38,57 @@ pub(crate) struct Job<T> {
     thread: Option<JoinHandle<(anyhow::Result<T>, Duration)>>,
 }
 
-/// Set once a job's thread has ended (however it ended); another job can wait for it.
+/// How a job's thread ended, once it has; another job can wait for it.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Finished(Arc<(Mutex<bool>, Condvar)>);
+pub(crate) struct Finished(Arc<(Mutex<Option<Ended>>, Condvar)>);
+
+/// How a job ended, for a job to start after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It ran to its end (its outcome, success or failure, is for its joiner).
+    Ran,
+    /// It was cancelled: what was to start after it does not start either.
+    Cancelled,
+}
 
 impl Finished {
-    fn set(&self) {
-        let (done, changed) = &*self.0;
-        *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    fn set(&self, ended: Ended) {
+        let (state, changed) = &*self.0;
+        *state.lock().unwrap_or_else(|e| e.into_inner()) = Some(ended);
         changed.notify_all();
     }
 
-    /// Waits until set; `false` when `cancel` was raised first.
+    /// Waits until the job ended; `false` when it was cancelled or `cancel` was raised first.
     fn wait(&self, cancel: &AtomicBool) -> bool {
-        let (done, changed) = &*self.0;
-        let mut finished = done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*finished {
-            if cancel.load(Ordering::Relaxed) {
-                return false;
+        let (state, changed) = &*self.0;
+        let mut ended = state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match *ended {
+                Some(how) => return how == Ended::Ran,
+                None if cancel.load(Ordering::Relaxed) => return false,
+                None => {}
             }
-            finished = changed
-                .wait_timeout(finished, Duration::from_millis(100))
+            ended = changed
+                .wait_timeout(ended, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        true
     }
 }
 
 /// Sets its [`Finished`] when dropped: at the end of a job's thread, a panic included.
-struct SetOnDrop(Finished);
+struct SetOnDrop {
+    finished: Finished,
+    cancel: Arc<AtomicBool>,
+}
 
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
-        self.0.set();
+        self.finished.set(if self.cancel.load(Ordering::Relaxed) {
+            Ended::Cancelled
+        } else {
+            Ended::Ran
+        });
     }
 }
 
@@ -121,7 +137,10 @@ where
         log: file,
         cancel: cancel.clone(),
     };
-    let on_end = SetOnDrop(finished.clone());
+    let on_end = SetOnDrop {
+        finished: finished.clone(),
+        cancel: cancel.clone(),
+    };
     println!("==> {name}: in the background (log: {})", log.display());
     let thread = std::thread::Builder::new()
         .name(name.to_owned())
@@ -227,11 +246,11 @@ pub(crate) fn step(name: &str, cmd: &mut Command) -> Option<anyhow::Result<()>> 
     IN_JOB.with(|slot| slot.borrow().as_ref().map(|job| logged(job, name, cmd)))
 }
 
-/// A running command's process group, killed when this is dropped before [`Group::wait`]
-/// returned (the job was cancelled, or writing its log failed).
-struct Group(Option<Child>);
+/// A running command, killed with every process below it when this is dropped before
+/// [`Running::wait`] returned (the job was cancelled, or writing its log failed).
+struct Running(Option<Child>);
 
-impl Group {
+impl Running {
     fn wait(&mut self, cancel: &AtomicBool) -> anyhow::Result<std::process::ExitStatus> {
         let child = self.0.as_mut().context("a command is waited for once")?;
         loop {
@@ -247,18 +266,60 @@ impl Group {
     }
 }
 
-impl Drop for Group {
+impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
-            // The group's id is the child's pid (process_group(0)); `kill` is the shell's.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .stderr(Stdio::null())
-                .status();
+            kill_tree(child.id());
             let _ = child.kill();
             let _ = child.wait();
         }
     }
+}
+
+/// Kills `pid` and every process below it. Each is stopped before its children are looked
+/// for (a stopped process starts no other, and a killed one's children would be handed to
+/// init, out of reach), then all are killed.
+fn kill_tree(pid: u32) {
+    let mut tree = vec![pid];
+    let mut next = 0;
+    while next < tree.len() {
+        let level = tree[next..].to_vec();
+        signal("STOP", &level);
+        next = tree.len();
+        tree.extend(children_of(&level));
+    }
+    signal("KILL", &tree);
+}
+
+/// Sends the signal `name` to `pids` with the shell's `kill` (a built-in: nothing to install).
+fn signal(name: &str, pids: &[u32]) {
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            &format!("kill -{name} {} 2>/dev/null", list.join(" ")),
+        ])
+        .status();
+}
+
+/// The processes whose parent is one of `parents`, from /proc.
+fn children_of(parents: &[u32]) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // The parent is the second field after the command's name, which is in parentheses.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1;
+                    after.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                .is_some_and(|parent| parents.contains(&parent))
+        })
+        .collect()
 }
 
 fn logged(job: &InJob, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
@@ -268,15 +329,14 @@ fn logged(job: &InJob, name: &str, cmd: &mut Command) -> anyhow::Result<()> {
     let mut log = &job.log;
     writeln!(log, "==> {name}")?;
     let started = Instant::now();
-    let mut group = Group(Some(
+    let mut running = Running(Some(
         cmd.stdin(Stdio::null())
             .stdout(job.log.try_clone()?)
             .stderr(job.log.try_clone()?)
-            .process_group(0)
             .spawn()
             .with_context(|| format!("run {name}"))?,
     ));
-    let status = group.wait(&job.cancel).context(name.to_owned())?;
+    let status = running.wait(&job.cancel).context(name.to_owned())?;
     writeln!(log, "<== {name}: {:.0} s", started.elapsed().as_secs_f64())?;
     if !status.success() {
         bail!("{name} failed ({status})");
@@ -373,7 +433,7 @@ mod tests {
             .expect("the command started");
         let pid = pid.trim();
         assert!(!ended(pid));
-        // The drop kills the command's process group and waits for the thread.
+        // The drop kills the command with what it started, and waits for the thread.
         drop(job);
         let gone = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
@@ -425,6 +485,27 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         drop(second);
         drop(first);
+        assert_eq!(std::fs::read_to_string(&second_log).unwrap(), "");
+        for f in [first_log, second_log] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_job_after_a_cancelled_one_does_not_start() {
+        let (first_log, second_log) = (log("cancelled-first"), log("after-cancelled"));
+        let first: Job<()> = spawn("long", &first_log, None, || {
+            step("sleep", &mut sh("sleep 60"))
+        })
+        .unwrap();
+        let second: Job<()> = spawn("after", &second_log, Some(first.finished()), || {
+            step("never", &mut sh("true"))
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(first);
+        let error = format!("{:#}", second.join().unwrap_err());
+        assert!(error.contains("cancelled"), "{error}");
         assert_eq!(std::fs::read_to_string(&second_log).unwrap(), "");
         for f in [first_log, second_log] {
             std::fs::remove_file(f).unwrap();

@@ -459,7 +459,7 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 /// reads its variable's text (the one generic place where a keyword becomes text): `True` and
 /// `False` (`numpy.bool_` too) are `1` and `0`, an integer (anything with `__index__`: numpy's,
 /// an `IntEnum`) its decimal spelling, a `float` (anything with `__float__`: numpy's, a
-/// `Decimal`) its shortest decimal spelling, a `str` itself, a path (`os.PathLike`) its
+/// `Decimal`) its integer spelling when whole, else its own, a `str` itself, a path (`os.PathLike`) its
 /// file-system spelling, `bytes` or a `bytearray` their UTF-8 text, a list or a tuple its
 /// items' texts joined by commas, and `None` the blank text (unset).
 fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -506,14 +506,19 @@ fn keyword_text(keyword: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
             .map_err(|_| PyValueError::new_err(format!("{keyword}: expected a UTF-8 path")));
     }
     // Last: `__float__` (a float, numpy's, a Decimal). A whole number as an integer (`1e8`
-    // sets an integer setting too); any other as Python spells it, so numpy's float32 0.1 is
-    // `0.1` and a Decimal keeps its digits.
+    // sets an integer setting too; `-0.0` is `0`); any other as Python spells it when that
+    // reads as the same kind of number (numpy's float32 0.1 is `0.1`, a Decimal keeps its
+    // digits), else as the f64's shortest spelling (a 0-d tensor's `str` is not a number).
     if let Ok(number) = value.extract::<f64>() {
-        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole f64 below is exact
-        if number.fract() == 0.0 && number.abs() < EXACT {
+        let number = number + 0.0;
+        if number.fract() == 0.0 {
             return Ok(format!("{number:.0}"));
         }
-        return value.str()?.extract::<String>();
+        let spelled = value.str()?.extract::<String>()?;
+        if spelled.trim().parse::<f64>().is_ok() {
+            return Ok(spelled);
+        }
+        return Ok(number.to_string());
     }
     Err(PyTypeError::new_err(format!(
         "{keyword}: expected a bool, int, float, str, path, bytes, bytearray, list, tuple or \

@@ -1,6 +1,6 @@
-//! The tier path of a load: memory, a load in flight, then (in the load's own task) the disk
-//! tier, the shared cache and the origin, each decode within the decode budget, and the
-//! count of every load under the tier that served it.
+//! The tier path of a load: memory, a load in flight, then (in the load's own task) the host's
+//! pixels, the disk tier, the shared cache and the origin, each decode within the decode
+//! budget, and the count of every load under the tier that served it.
 //!
 //! [`Tiers`] holds one step per tier, each a struct of only what its tier uses, as foyer's
 //! `HybridCache` holds its `memory` and `storage`. A step gives back what it found (an image,
