@@ -5,6 +5,7 @@
 mod content_key;
 mod decode;
 mod metrics_names;
+mod pillow_cases;
 mod pillow_parity;
 mod profile_parity;
 mod vllm_hash;

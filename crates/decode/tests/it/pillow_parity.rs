@@ -3,13 +3,12 @@
 //! must decode here to the same bytes. Run by `cargo xtask test`, which installs the pinned
 //! Pillow (tests/requirements.txt) and libjpeg-turbo; in CI a missing piece is a failure.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
+use crate::pillow_cases;
 use mmcache_decode::{
     DecodeLimits, JpegDecoder, JpegDecoderChoice, PixelLayout, decode, select_jpeg_decoder,
 };
-use mmcache_test_support::in_ci;
 
 struct Case {
     name: String,
@@ -18,37 +17,9 @@ struct Case {
     height: u32,
 }
 
-/// Skips outside CI (saying so); fails in CI.
-fn unavailable(what: &str) {
-    assert!(
-        !in_ci(),
-        "pillow parity: {what} (CI must have it: run `cargo xtask test`)"
-    );
-    eprintln!("SKIPPED pillow parity outside CI: {what}");
-}
-
 /// Runs the case generator with the interpreter `cargo xtask test` set up (or `python3`).
 fn generate() -> Option<(PathBuf, String, Vec<Case>)> {
-    let python = std::env::var("MMCACHE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/pillow/make_cases.py");
-    let out = std::env::temp_dir().join(format!("mmcache-pillow-parity-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(&python).arg(&script).arg(&out).output();
-    match run {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            unavailable(&format!(
-                "{python} {} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&o.stderr)
-            ));
-            return None;
-        }
-        Err(e) => {
-            unavailable(&format!("cannot run {python}: {e}"));
-            return None;
-        }
-    }
+    let out = pillow_cases::generate("pillow parity", "make_cases.py")?;
     let manifest = std::fs::read_to_string(out.join("manifest.txt")).expect("manifest");
     let mut lines = manifest.lines();
     let versions = lines.next().expect("versions line").to_owned();
@@ -123,7 +94,10 @@ fn diff(a: &[u8], b: &[u8]) -> (u8, usize) {
 #[test]
 fn every_kind_decodes_to_pillows_bytes() {
     if select_jpeg_decoder(JpegDecoderChoice::LibjpegTurbo, None).is_err() {
-        unavailable("libturbojpeg is not installed (apt-get install libturbojpeg0)");
+        pillow_cases::unavailable(
+            "pillow parity",
+            "libturbojpeg is not installed (apt-get install libturbojpeg0)",
+        );
         return;
     }
     let Some((dir, versions, cases)) = generate() else {

@@ -7,24 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use crate::pillow_cases;
 use bytes::Bytes;
 use mmcache_decode::{
     DecodeLimits, DecodeProfile, DecodedImage, JpegDecoder, JpegDecoderChoice, Mode, Transparency,
     Undecoded, decode_profiled, select_jpeg_decoder,
 };
-use mmcache_test_support::in_ci;
 use serde_json::Value;
-
-/// Skips outside CI (saying so); fails in CI.
-fn unavailable(what: &str) {
-    assert!(
-        !in_ci(),
-        "profile parity: {what} (CI must have it: run `cargo xtask test`)"
-    );
-    eprintln!("SKIPPED profile parity outside CI: {what}");
-}
 
 struct Cleanup(PathBuf);
 
@@ -35,26 +25,7 @@ impl Drop for Cleanup {
 }
 
 fn generate() -> Option<(PathBuf, Vec<Value>)> {
-    let python = std::env::var("MMCACHE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/pillow/make_profile_cases.py");
-    let out = std::env::temp_dir().join(format!("mmcache-profiles-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    match Command::new(&python).arg(&script).arg(&out).output() {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            unavailable(&format!(
-                "{python} {} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&o.stderr)
-            ));
-            return None;
-        }
-        Err(e) => {
-            unavailable(&format!("cannot run {python}: {e}"));
-            return None;
-        }
-    }
+    let out = pillow_cases::generate("profile parity", "make_profile_cases.py")?;
     let manifest = std::fs::read_to_string(out.join("manifest.jsonl")).expect("manifest");
     let cases = manifest
         .lines()
@@ -152,7 +123,10 @@ fn differences(dir: &Path, image: &DecodedImage, want: &Value, kept_info: bool) 
 #[test]
 fn every_profile_gives_pillows_outcome() {
     if select_jpeg_decoder(JpegDecoderChoice::LibjpegTurbo, None).is_err() {
-        unavailable("libturbojpeg is not installed (apt-get install libturbojpeg0)");
+        pillow_cases::unavailable(
+            "profile parity",
+            "libturbojpeg is not installed (apt-get install libturbojpeg0)",
+        );
         return;
     }
     let Some((dir, cases)) = generate() else {
