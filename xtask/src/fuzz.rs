@@ -59,6 +59,9 @@ pub(crate) struct Args {
         value_parser = clap::value_parser!(u64).range(1..),
     )]
     secs: u64,
+    /// Install cargo-afl and build the targets, fuzz nothing (CI builds them beside the gate)
+    #[arg(long)]
+    build_only: bool,
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
@@ -81,6 +84,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     }
     step("cargo afl build (fuzz/)", &mut build)?;
     println!("built in {:.0} s", started.elapsed().as_secs_f64());
+    if args.build_only {
+        println!(
+            "xtask fuzz: {} target(s) built in {BUILD_DIR}",
+            targets.len()
+        );
+        return Ok(());
+    }
 
     // One afl-fuzz per core at a time (each is single-threaded): the same seconds per target
     // in a fraction of the wall time.

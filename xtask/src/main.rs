@@ -38,6 +38,7 @@ mod fuzz;
 mod gate;
 mod package;
 mod setup;
+mod shared_deps;
 mod svg;
 mod vllm_hashes;
 mod wheel;

@@ -62,7 +62,9 @@ pub(crate) fn dynamo_wheel(python: &str) -> anyhow::Result<std::path::PathBuf> {
         .join(DYNAMO_WHEEL))
 }
 
-/// Builds crates/python and installs it into the venv `venv` (`--release` for benchmarks).
+/// Builds crates/python and installs it into the venv `venv`: `--release` for benchmarks, else
+/// the gate's debug build, which reuses the dependencies of its `cargo test --workspace`
+/// ([`crate::shared_deps`]).
 pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
     let venv = std::env::current_dir()?.join(venv);
     let path = format!(
@@ -78,8 +80,35 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
         .env("PATH", &path);
     if release {
         cmd.arg("--release");
+    } else {
+        // maturin's --features replaces pyproject.toml's list: give both.
+        let mut features = pyproject_features(PYPROJECT)?;
+        features.push(crate::shared_deps::FEATURE.to_owned());
+        cmd.args(["--features", &features.join(",")]);
     }
     step("maturin develop -m crates/python/Cargo.toml", &mut cmd)
+}
+
+/// The Python package's project file: maturin's settings.
+const PYPROJECT: &str = "crates/python/pyproject.toml";
+
+/// The `features` of the `[tool.maturin]` table (a one-line list) in the pyproject.toml `path`.
+fn pyproject_features(path: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
+    let table = text
+        .split_once("\n[tool.maturin]\n")
+        .map(|(_, rest)| rest.split("\n[").next().unwrap_or(rest))
+        .with_context(|| format!("no [tool.maturin] table in {path}"))?;
+    let list = table
+        .lines()
+        .find_map(|l| l.strip_prefix("features = ["))
+        .and_then(|l| l.strip_suffix(']'))
+        .with_context(|| format!("no one-line `features = [...]` in {path}'s [tool.maturin]"))?;
+    Ok(list
+        .split(',')
+        .map(|f| f.trim().trim_matches('"').to_owned())
+        .filter(|f| !f.is_empty())
+        .collect())
 }
 
 /// Runs `cmd` as the step `name`: announced, timed, and an error when it fails. In the thread
@@ -197,6 +226,9 @@ pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result
             missing.join(", ")
         );
     }
+    // Two xtask commands may install at once (CI builds the fuzz targets beside the gate), and
+    // a second apt-get fails on dpkg's lock instead of waiting: they take turns here.
+    let _turn = apt_turn()?;
     println!("==> installing {}", missing.join(" "));
     step(
         "apt-get update",
@@ -212,10 +244,47 @@ pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result
     Ok(())
 }
 
+/// An exclusive lock on target/apt.lock of this workspace, held while the guard lives; waits
+/// for another xtask command's turn to end.
+fn apt_turn() -> anyhow::Result<std::fs::File> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/apt.lock");
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("open {path}"))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .with_context(|| format!("lock {path}"))?;
+    Ok(file)
+}
+
 /// True when running as root (uid 0).
 pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every feature maturin turns on (read as the gate's build reads them) is one that
+    /// crates/python declares.
+    #[test]
+    fn the_pyproject_features_are_read_and_declared() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/python");
+        let features = super::pyproject_features(&format!("{dir}/pyproject.toml")).unwrap();
+        assert!(!features.is_empty());
+        let manifest = std::fs::read_to_string(format!("{dir}/Cargo.toml")).unwrap();
+        for f in features {
+            assert!(
+                manifest.lines().any(|l| l.starts_with(&format!("{f} = ["))),
+                "{f} is not a feature of crates/python"
+            );
+        }
+    }
 }
