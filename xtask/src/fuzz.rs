@@ -60,7 +60,7 @@ pub(crate) struct Args {
     )]
     secs: u64,
     /// Install cargo-afl and build the targets, fuzz nothing (CI builds them beside the gate)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "secs")]
     build_only: bool,
 }
 

@@ -81,18 +81,28 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
     if release {
         cmd.arg("--release");
     } else {
-        // maturin's --features replaces pyproject.toml's list: give both.
-        let mut features = pyproject_features(PYPROJECT)?;
-        features.push(crate::shared_deps::FEATURE.to_owned());
-        cmd.args(["--features", &features.join(",")]);
+        cmd.args(["--features", &gate_python_features()?.join(",")]);
     }
     step("maturin develop -m crates/python/Cargo.toml", &mut cmd)
 }
 
 /// The Python package's project file: maturin's settings.
-const PYPROJECT: &str = "crates/python/pyproject.toml";
+const PYPROJECT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../crates/python/pyproject.toml"
+);
 
-/// The `features` of the `[tool.maturin]` table (a one-line list) in the pyproject.toml `path`.
+/// The crates/python features of the gate's `maturin develop`: pyproject.toml's (maturin's
+/// `--features` replaces them, so they are given again) and [`crate::shared_deps::FEATURE`].
+pub(crate) fn gate_python_features() -> anyhow::Result<Vec<String>> {
+    let mut features = pyproject_features(PYPROJECT)?;
+    features.push(crate::shared_deps::FEATURE.to_owned());
+    Ok(features)
+}
+
+/// The `features` of the `[tool.maturin]` table in the pyproject.toml `path`. A small reader,
+/// not TOML: the list on one line, spelt `features = ["a", "b"]` with double quotes, and no
+/// comment on it; anything else is an error that says so.
 fn pyproject_features(path: &str) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
     let table = text
@@ -238,6 +248,8 @@ pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result
         "apt-get install",
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
+            // Waits for another apt (unattended upgrades) rather than failing on its lock.
+            .args(["-o", "DPkg::Lock::Timeout=600"])
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;
@@ -276,10 +288,13 @@ mod tests {
     /// crates/python declares.
     #[test]
     fn the_pyproject_features_are_read_and_declared() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/python");
-        let features = super::pyproject_features(&format!("{dir}/pyproject.toml")).unwrap();
-        assert!(!features.is_empty());
-        let manifest = std::fs::read_to_string(format!("{dir}/Cargo.toml")).unwrap();
+        let features = super::gate_python_features().unwrap();
+        assert!(features.len() >= 2, "{features:?}");
+        let manifest = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../crates/python/Cargo.toml"
+        ))
+        .unwrap();
         for f in features {
             assert!(
                 manifest.lines().any(|l| l.starts_with(&format!("{f} = ["))),
