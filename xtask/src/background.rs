@@ -4,7 +4,8 @@
 //! A job's steps ([`crate::setup::step`] called in its thread) write their `==>`/`<==` lines and
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves
 //! with the compiler's output. A job may start after another ([`Job::finished`]): pip's cache
-//! is not safe for two pips writing it at once, so the gate's set-up runs one pip at a time.
+//! is not safe for two pips writing it at once, so the gate's jobs that use it run one at a
+//! time (the engines' venv uses no cache, and runs beside them).
 //! Joining
 //! prints how long the gate waited for the job, then the job's own timing lines; a failed job
 //! prints its whole log and fails the gate naming the step that failed.

@@ -53,6 +53,8 @@ pub(crate) fn check_engines(python: &str) -> anyhow::Result<()> {
 
 /// `pip install` into the venv of `python`. `--no-warn-conflicts`: vLLM's and SGLang's declared
 /// dependencies are left out on purpose, and pip would list every one of them as a conflict.
+/// `--no-cache-dir`: the gate runs this beside the other venvs' pips, and two pips writing one
+/// cache can corrupt it (the venv itself is kept, so a later run downloads nothing anyway).
 fn pip(python: &str) -> Command {
     let mut cmd = Command::new(python);
     cmd.args([
@@ -62,6 +64,7 @@ fn pip(python: &str) -> Command {
         "--quiet",
         "--disable-pip-version-check",
         "--no-warn-conflicts",
+        "--no-cache-dir",
     ]);
     cmd
 }

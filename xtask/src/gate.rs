@@ -13,8 +13,9 @@ use crate::setup::{
 pub(crate) fn run() -> anyhow::Result<()> {
     ensure_prerequisites()?;
     // The venvs and the wheels wait on the network and the disk, the checks below on the CPU:
-    // the set-up runs in the background (background.rs) and is joined where first needed, one
-    // job after the other (two pips at once can corrupt pip's cache), in the order needed.
+    // the set-up runs in the background (background.rs) and is joined where first needed. The
+    // jobs that use pip's cache run one after the other (two pips at once can corrupt it), in
+    // the order needed; the engines' venv, the longest (about 6 GB), uses none and starts at once.
     let python_setup = background::spawn(
         "target/venv, the ai-dynamo and vLLM wheels",
         &setup_log("venv"),
@@ -35,7 +36,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let engines_venv = background::spawn(
         crate::engines::ENGINES_VENV,
         &setup_log("venv-engines"),
-        Some(pillow_oldest.finished()),
+        None,
         crate::engines::engines_venv,
     )?;
     // The fuzz workspace has a lock file of its own, which `cargo xtask fuzz` builds with
