@@ -5,7 +5,7 @@
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves
 //! with the compiler's output. A job may start after another ([`Job::finished`]): pip's cache
 //! is not safe for two pips writing it at once, so the gate's jobs that use it run one at a
-//! time (the engines' venv uses no cache, and runs beside them).
+//! time (the engines' venv has a cache of its own, and runs beside them).
 //! Joining
 //! prints how long the gate waited for the job, then the job's own timing lines; a failed job
 //! prints its whole log and fails the gate naming the step that failed.
@@ -161,8 +161,11 @@ where
                 return (Err(anyhow::Error::new(Cancelled)), Duration::ZERO);
             }
             // Linux keeps the nice value per thread, and a command started from this thread
-            // inherits it. Failing to lower it only costs the gate time.
-            let _ = rustix::process::setpriority_process(None, PRIORITY);
+            // inherits it. Only ever lowered (a gate run under `nice` keeps its own); failing
+            // to lower it only costs the gate time.
+            if let Ok(now) = rustix::process::getpriority_process(None) {
+                let _ = rustix::process::setpriority_process(None, now.max(PRIORITY));
+            }
             let started = Instant::now();
             IN_JOB.with(|slot| *slot.borrow_mut() = Some(in_job));
             (work(), started.elapsed())
@@ -400,7 +403,11 @@ mod tests {
         let job = spawn("nice", &path, None, || step("nice", &mut sh("nice"))).unwrap();
         job.join().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.lines().any(|l| l == PRIORITY.to_string()), "{text:?}");
+        let nice: i32 = text
+            .lines()
+            .find_map(|l| l.trim().parse().ok())
+            .expect("nice's output");
+        assert!(nice >= PRIORITY, "{text:?}");
         // Only the job's thread: what the gate itself starts keeps its priority.
         let after = std::process::Command::new("nice").output().unwrap();
         assert_eq!(before.stdout, after.stdout);

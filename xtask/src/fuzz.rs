@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [--target T]... [--secs N]`: coverage-guided fuzzing of the input surfaces
+//! `cargo xtask fuzz [--target T]... [--secs N | --build-only]`: coverage-guided fuzzing of the input surfaces
 //! (fuzz/src/bin/*.rs) with cargo-afl and AFL++, each target for a bounded time. Fails when any
 //! target found a crash or a hang; prints, per target, the edges covered, the corpus size and
 //! the executions per second. See docs/fuzzing.md.

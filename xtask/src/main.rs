@@ -146,6 +146,7 @@ mod tests {
             "chaos --quick --engine valkey --out target/x",
             "bench --scenario vllm --scenario sglang --concurrency 4 --loaders 2 --quick",
             "fuzz --secs 20 --target decode --target data_url --target url_policy",
+            "fuzz --build-only",
             "cluster --masters 1 --replicas 1 --tls",
             "wheel --target aarch64-unknown-linux-gnu",
             "wheel --test",
@@ -168,6 +169,7 @@ mod tests {
             "bench --concurrency many",
             "fuzz --secs 0",
             "fuzz --target nothing",
+            "fuzz --build-only --secs 20",
             "bench-docs --results a.json --merge b.json",
             "bench-docs --check",
         ] {

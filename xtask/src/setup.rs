@@ -76,6 +76,8 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
     let maturin = std::env::current_dir()?.join(VENV).join("bin/maturin");
     let mut cmd = Command::new(maturin);
     cmd.args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
+        // maturin's own pip, as quiet as ours.
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
         .env("VIRTUAL_ENV", &venv)
         .env("PATH", &path);
     if release {
@@ -240,16 +242,17 @@ pub(crate) fn ensure_debian_packages(checked: &[(bool, &str)]) -> anyhow::Result
     // a second apt-get fails on dpkg's lock instead of waiting: they take turns here.
     let _turn = apt_turn()?;
     println!("==> installing {}", missing.join(" "));
+    // Waits for another apt (unattended upgrades) rather than failing on its lock.
+    let wait = ["-o", "DPkg::Lock::Timeout=600"];
     step(
         "apt-get update",
-        Command::new("apt-get").args(["update", "-qq"]),
+        Command::new("apt-get").args(["update", "-qq"]).args(wait),
     )?;
     step(
         "apt-get install",
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
-            // Waits for another apt (unattended upgrades) rather than failing on its lock.
-            .args(["-o", "DPkg::Lock::Timeout=600"])
+            .args(wait)
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;
@@ -269,8 +272,11 @@ fn apt_turn() -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(path)
         .with_context(|| format!("open {path}"))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .with_context(|| format!("lock {path}"))?;
+    use rustix::fs::{FlockOperation, flock};
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        println!("==> waiting for another xtask command's apt-get ({path})");
+        flock(&file, FlockOperation::LockExclusive).with_context(|| format!("lock {path}"))?;
+    }
     Ok(file)
 }
 

@@ -34,13 +34,27 @@ mod tests {
             "--edges",
             "normal,build",
         ])?;
+        // A reading that found nothing would pass: both builds hold tokio, the tests' with
+        // its test clock.
+        let tokio = |build: &BTreeMap<String, Features>| {
+            build
+                .iter()
+                .find(|(name, _)| name.starts_with("tokio v"))
+                .map(|(_, f)| f.set.clone())
+                .unwrap_or_default()
+        };
+        if !tokio(&tests).contains("test-util") || tokio(&python).is_empty() {
+            bail!("cargo tree's output was not read: no tokio in one of the builds");
+        }
         let differing = differing(&tests, &python);
         if differing.is_empty() {
             return Ok(());
         }
         bail!(
             "the gate's maturin develop would build these again, with other features than \
-             `cargo test --workspace`; add to the feature {FEATURE} of crates/python/Cargo.toml:\n{}",
+             `cargo test --workspace`. A +feature (the tests' only) goes in the feature \
+             {FEATURE} of crates/python/Cargo.toml; a -feature (crates/python's only) is \
+             turned on for the tests too:\n{}",
             differing.join("\n")
         )
     }
