@@ -5,10 +5,9 @@
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves
 //! with the compiler's output. A job may start after another ([`Job::finished`]): pip's cache
 //! is not safe for two pips writing it at once, so the gate's jobs that use it run one at a
-//! time (the engines' venv has a cache of its own, and runs beside them).
-//! Joining
-//! prints how long the gate waited for the job, then the job's own timing lines; a failed job
-//! prints its whole log and fails the gate naming the step that failed.
+//! time (the engines' venv uses no cache, and runs beside them). Joining prints how long the
+//! gate waited for the job, then the job's own timing lines; a failed job prints its whole log
+//! and fails the gate naming the step that failed.
 //!
 //! A job dropped before it is joined (the gate failed first) is cancelled: its running command
 //! and every process below it are killed, no later step of it starts, a job to start after it

@@ -17,8 +17,6 @@ use crate::setup::{step, venv_python};
 pub(crate) const ENGINES_VENV: &str = "target/venv-engines";
 /// The engines, installed without their dependencies.
 const ENGINES: [&str; 2] = ["vllm==0.34.0", "sglang==0.5.23"];
-/// The pip cache of the venv's installs.
-const PIP_CACHE: &str = "target/pip-cache-engines";
 /// What their media code imports, torch included, every version pinned.
 const REQUIREMENTS: &str = "tests/engines/requirements.txt";
 /// Imports and exercises each engine module the oracle tests use; fails on any error.
@@ -55,9 +53,10 @@ pub(crate) fn check_engines(python: &str) -> anyhow::Result<()> {
 
 /// `pip install` into the venv of `python`. `--no-warn-conflicts`: vLLM's and SGLang's declared
 /// dependencies are left out on purpose, and pip would list every one of them as a conflict.
-/// A pip cache of its own (target/pip-cache-engines, for this pip and any it starts): the gate
-/// runs this beside the other venvs' pips, and two pips writing one cache can corrupt it; an
-/// install stopped half-way resumes from it.
+/// No pip cache (`PIP_NO_CACHE_DIR`, which reaches any pip it starts): a cache would keep about
+/// 3.5 GB of wheels beside the 6.8 GB venv, and CI ran out of disk with one; it would also be
+/// shared with the other venvs' pips, which the gate runs beside this one, and two pips writing
+/// one cache can corrupt it. The venv itself is kept, so a later run downloads nothing anyway.
 fn pip(python: &str) -> Command {
     let mut cmd = Command::new(python);
     cmd.args([
@@ -68,8 +67,6 @@ fn pip(python: &str) -> Command {
         "--disable-pip-version-check",
         "--no-warn-conflicts",
     ]);
-    // Absolute: a pip it starts (a build's dependencies) runs in another directory.
-    let cache = std::env::current_dir().map_or_else(|_| PIP_CACHE.into(), |d| d.join(PIP_CACHE));
-    cmd.env("PIP_CACHE_DIR", cache);
+    cmd.env("PIP_NO_CACHE_DIR", "1");
     cmd
 }

@@ -15,8 +15,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
     // The venvs and the wheels wait on the network and the disk, the checks below on the CPU:
     // the set-up runs in the background (background.rs) and is joined where first needed. The
     // jobs that use pip's cache run one after the other (two pips at once can corrupt it), in
-    // the order needed; the engines' venv, the longest (about 6 GB), has a cache of its own and
-    // starts at once.
+    // the order needed; the engines' venv, the longest (about 6 GB), uses no cache and starts
+    // at once.
     let python_setup = background::spawn(
         "target/venv, the ai-dynamo and vLLM wheels",
         &setup_log("venv"),
