@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: throughput and latency of every layer on a real local Redis Cluster
 //! and HTTP origin, each reported as a ratio against a baseline measured in the same run.
-//! Runs in release mode (it re-executes itself with `--release` when built for debug).
+//! Runs in release mode only (main.rs's `run_fleet` hands a debug build's run to it).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -243,21 +243,6 @@ fn serve(origin: &TestOrigin, prefix: &str, n: usize, body: &[u8]) -> Arc<Vec<St
 }
 
 pub(crate) fn run(mut o: Opts) -> anyhow::Result<()> {
-    if cfg!(debug_assertions) {
-        println!("==> building in release mode (benchmarks of a debug build mean nothing)");
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
-                // This command line as it was given (`bench` and its options).
-                .args(std::env::args_os().skip(1))
-                .status()?;
-        // The release build printed its own result (a table, or a message saying what
-        // failed): exit as it did, adding nothing.
-        if !status.success() {
-            std::process::exit(status.code().unwrap_or(1));
-        }
-        return Ok(());
-    }
     if o.chosen.is_empty() {
         o.chosen = SCENARIOS.iter().map(|s| (*s).to_owned()).collect();
     }

@@ -335,23 +335,8 @@ enum Engine {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    // Latency bounds (slow-node's is under the hedge cap) mean nothing for a debug build on a
-    // loaded machine: run in release, as the bench does.
-    if cfg!(debug_assertions) {
-        println!("==> building in release mode (latency bounds of a debug build mean nothing)");
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["run", "--release", "--quiet", "--package", "xtask", "--"])
-                // This command line as it was given (`chaos` and its options).
-                .args(std::env::args_os().skip(1))
-                .status()?;
-        // The release build printed its own result (a table, or a message saying what
-        // failed): exit as it did, adding nothing.
-        if !status.success() {
-            std::process::exit(status.code().unwrap_or(1));
-        }
-        return Ok(());
-    }
+    // In release only (main.rs's `run_fleet`): latency bounds (slow-node's is under the hedge
+    // cap) mean nothing for a debug build on a loaded machine.
     if args.engine == Engine::Valkey {
         return run_on_valkey(&args);
     }

@@ -14,7 +14,7 @@
 //! - `cluster`: start a local Redis Cluster and keep it up until Enter or end of input.
 //! - `docs`: regenerate every generated doc (docs/configuration.md's and docs/metrics.md's
 //!   tables from the declarations, docs/benchmarks.md and docs/chaos.md from the recorded runs);
-//!   `--check`: fail on any difference instead (the gate runs it).
+//!   `--check`: fail on any difference instead (the gate runs it as a test of xtask's).
 //! - `bench-docs`: record a bench run into docs/, then regenerate docs/benchmarks.md.
 //! - `chaos-docs`: record a chaos run into docs/, then regenerate docs/chaos.md.
 //! - `vllm-hashes`: regenerate crates/decode/tests/vllm_hashes.tsv from vLLM's own hasher
@@ -26,27 +26,73 @@
 //!   sources, and the MSRV check; `test` runs it too.
 //! - `wheel`: the manylinux abi3 wheel of crates/python; `--test` installs it into clean
 //!   CPython 3.9 and 3.13 venvs and tests it with the host's libturbojpeg masked.
+//!
+//! `cargo xtask` runs a debug build without the fleet commands (their feature `fleet` off: no
+//! loader, Redis or image stack), which builds in seconds, so the gate starts compiling its
+//! checks at once. A fleet command (demo, chaos, bench, fuzz, cluster, docs, bench-docs,
+//! chaos-docs) is handed unread to the release build of xtask with them ([`rerun_in_release`]),
+//! as it always ran: latency bounds and figures of a debug build mean nothing.
 
 mod background;
-mod bench;
-mod chaos;
-mod common;
-mod demo;
-mod docs;
 mod engines;
-mod fuzz;
 mod gate;
 mod package;
 mod setup;
 mod shared_deps;
-mod svg;
 mod vllm_hashes;
 mod wheel;
 mod wheel_mask;
 
+#[cfg(feature = "fleet")]
+mod bench;
+#[cfg(feature = "fleet")]
+mod chaos;
+#[cfg(feature = "fleet")]
+mod common;
+#[cfg(feature = "fleet")]
+mod demo;
+#[cfg(feature = "fleet")]
+mod docs;
+#[cfg(feature = "fleet")]
+mod fuzz;
+#[cfg(feature = "fleet")]
+mod svg;
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// The fleet commands' options: their own types in a build with them, else every argument
+/// kept unread for the release build that runs them.
+#[cfg(feature = "fleet")]
+mod fleet_args {
+    pub(crate) use crate::bench::Opts as Bench;
+    pub(crate) use crate::chaos::Args as Chaos;
+    pub(crate) use crate::common::ClusterArgs as Cluster;
+    pub(crate) use crate::demo::Args as Demo;
+    pub(crate) use crate::docs::Args as Docs;
+    pub(crate) use crate::docs::benchmarks::Args as BenchDocs;
+    pub(crate) use crate::docs::chaos::Args as ChaosDocs;
+    pub(crate) use crate::fuzz::Args as Fuzz;
+}
+#[cfg(not(feature = "fleet"))]
+mod fleet_args {
+    /// Any arguments, `--help` among them: the release build reads them.
+    #[derive(Debug, clap::Args)]
+    #[command(disable_help_flag = true)]
+    pub(crate) struct Unread {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        _args: Vec<std::ffi::OsString>,
+    }
+    pub(crate) type Bench = Unread;
+    pub(crate) type Chaos = Unread;
+    pub(crate) type Cluster = Unread;
+    pub(crate) type Demo = Unread;
+    pub(crate) type Docs = Unread;
+    pub(crate) type BenchDocs = Unread;
+    pub(crate) type ChaosDocs = Unread;
+    pub(crate) type Fuzz = Unread;
+}
 
 /// Project automation for mmcache: the gate, the demo, chaos, benchmarks, fuzzing, docs.
 #[derive(Debug, Parser)]
@@ -60,24 +106,10 @@ struct Cli {
 enum Command {
     /// Prerequisites, fmt, clippy, tests, docs (what CI runs)
     Test,
-    /// Run the fleet demo on a local origin and Redis Cluster
-    Demo(demo::Args),
-    /// Fault injection on a live fleet (default: every scenario, on Redis)
-    Chaos(chaos::Args),
-    /// Benchmarks against same-run baselines (release build)
-    Bench(bench::Opts),
-    /// Coverage-guided fuzzing, N s a target; fails on a crash or hang
-    Fuzz(fuzz::Args),
-    /// Start a local Redis Cluster until Enter is pressed
-    Cluster(common::ClusterArgs),
+    #[command(flatten)]
+    Fleet(Fleet),
     /// The manylinux abi3 wheel into target/wheels; --test: install and test it
     Wheel(wheel::Args),
-    /// Regenerate every generated doc (--check: fail on any difference instead)
-    Docs(docs::Args),
-    /// Record a bench run into docs/, then regenerate docs/benchmarks.md and its chart
-    BenchDocs(docs::benchmarks::Args),
-    /// Record a chaos run into docs/, then regenerate docs/chaos.md
-    ChaosDocs(docs::chaos::Args),
     /// cargo package (verified), packaged doctests, MSRV (before a release)
     Package,
     /// Regenerate the vLLM hash vectors from vLLM's wheel, fail on a difference
@@ -86,7 +118,36 @@ enum Command {
     Engines,
 }
 
+/// The commands that run in the release build with the feature `fleet`.
+#[derive(Debug, Subcommand)]
+enum Fleet {
+    /// Run the fleet demo on a local origin and Redis Cluster
+    Demo(fleet_args::Demo),
+    /// Fault injection on a live fleet (default: every scenario, on Redis)
+    Chaos(fleet_args::Chaos),
+    /// Benchmarks against same-run baselines (release build)
+    Bench(fleet_args::Bench),
+    /// Coverage-guided fuzzing, N s a target; fails on a crash or hang
+    Fuzz(fleet_args::Fuzz),
+    /// Start a local Redis Cluster until Enter is pressed
+    Cluster(fleet_args::Cluster),
+    /// Regenerate every generated doc (--check: fail on any difference instead)
+    Docs(fleet_args::Docs),
+    /// Record a bench run into docs/, then regenerate docs/benchmarks.md and its chart
+    BenchDocs(fleet_args::BenchDocs),
+    /// Record a chaos run into docs/, then regenerate docs/chaos.md
+    ChaosDocs(fleet_args::ChaosDocs),
+}
+
 fn main() -> ExitCode {
+    // `help demo`: a fleet command's options are the build with the fleet's to print.
+    #[cfg(not(feature = "fleet"))]
+    if let [help, command] = &std::env::args_os().skip(1).collect::<Vec<_>>()[..]
+        && help == "help"
+        && command.to_str().is_some_and(Fleet::has_subcommand)
+    {
+        return report("help", rerun_in_release());
+    }
     // Usage errors and --help exit as clap decides (2 and 0).
     let matches = Cli::command().get_matches();
     let name = matches.subcommand_name().unwrap_or_default().to_owned();
@@ -98,19 +159,17 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some(Command::Test) => gate::run(),
-        Some(Command::Demo(args)) => demo::run(&args),
-        Some(Command::Chaos(args)) => chaos::run(args),
-        Some(Command::Bench(opts)) => bench::run(opts),
-        Some(Command::Fuzz(args)) => fuzz::run(&args),
-        Some(Command::Cluster(args)) => common::run_cluster(&args),
+        Some(Command::Fleet(fleet)) => run_fleet(fleet),
         Some(Command::Wheel(args)) => wheel::run(&args),
-        Some(Command::Docs(args)) => docs::run(&args),
-        Some(Command::BenchDocs(args)) => docs::benchmarks::run(&args),
-        Some(Command::ChaosDocs(args)) => docs::chaos::run(&args),
         Some(Command::Package) => package::run(),
         Some(Command::VllmHashes) => vllm_hashes::run(),
         Some(Command::Engines) => engines::run(),
     };
+    report(&name, result)
+}
+
+/// The exit status of the command `name`, its error printed.
+fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // A message with its causes, never a backtrace (whatever RUST_BACKTRACE says): what
@@ -120,6 +179,60 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs a fleet command here in the release build with the fleet, else hands it to that build:
+/// latency bounds and figures of a debug build mean nothing, and a build without the fleet has
+/// none of its code.
+fn run_fleet(command: Fleet) -> anyhow::Result<()> {
+    #[cfg(feature = "fleet")]
+    if !cfg!(debug_assertions) {
+        return match command {
+            Fleet::Demo(args) => demo::run(&args),
+            Fleet::Chaos(args) => chaos::run(args),
+            Fleet::Bench(opts) => bench::run(opts),
+            Fleet::Fuzz(args) => fuzz::run(&args),
+            Fleet::Cluster(args) => common::run_cluster(&args),
+            Fleet::Docs(args) => docs::run(&args),
+            Fleet::BenchDocs(args) => docs::benchmarks::run(&args),
+            Fleet::ChaosDocs(args) => docs::chaos::run(&args),
+        };
+    }
+    let _ = command;
+    rerun_in_release()
+}
+
+/// Set in the environment of the release build [`rerun_in_release`] starts, so a build that is
+/// still not one to run the command (`[profile.release]` with debug assertions) fails instead
+/// of starting itself again.
+const RERUN: &str = "MMCACHE_XTASK_RERUN";
+
+/// Replaces this process with `cargo run --release --package xtask` and the same arguments: the
+/// build with the fleet commands. Returns only when that cannot start.
+fn rerun_in_release() -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    anyhow::ensure!(
+        std::env::var_os(RERUN).is_none(),
+        "`cargo run --release --package xtask` gave a build without the feature `fleet` or with \
+         debug assertions, which cannot run this command"
+    );
+    // The cargo that started this build (it sets CARGO), with the workspace named, so the
+    // release build is of this checkout wherever the command was typed.
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let error = std::process::Command::new(&cargo)
+        .args(["run", "--quiet", "--release", "--package", "xtask"])
+        .args([
+            "--manifest-path",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"),
+        ])
+        .arg("--")
+        .args(std::env::args_os().skip(1))
+        .env(RERUN, "1")
+        .exec();
+    Err(anyhow::Error::new(error).context(format!(
+        "start {} run --release --package xtask",
+        cargo.to_string_lossy()
+    )))
 }
 
 #[cfg(test)]
@@ -161,19 +274,43 @@ mod tests {
         ] {
             assert!(parse(good).is_ok(), "{good}: {:?}", parse(good).err());
         }
-        for bad in [
-            "nothing",
-            "test --quick",
-            "chaos --scenario nothing",
-            "chaos --engine dragonfly",
-            "bench --concurrency many",
-            "fuzz --secs 0",
-            "fuzz --target nothing",
-            "fuzz --build-only --secs 20",
-            "bench-docs --results a.json --merge b.json",
-            "bench-docs --check",
-        ] {
+        let mut bad = vec!["nothing", "test --quick", "wheel --nothing", "package x"];
+        if cfg!(feature = "fleet") {
+            bad.extend([
+                "chaos --scenario nothing",
+                "chaos --engine dragonfly",
+                "bench --concurrency many",
+                "fuzz --secs 0",
+                "fuzz --target nothing",
+                "fuzz --build-only --secs 20",
+                "bench-docs --results a.json --merge b.json",
+                "bench-docs --check",
+            ]);
+        }
+        for bad in bad {
             assert!(parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    /// Without the fleet, a fleet command keeps every argument, `--help` too, for the release
+    /// build it hands them to.
+    #[cfg(not(feature = "fleet"))]
+    #[test]
+    fn a_fleet_commands_arguments_are_kept_unread() {
+        for line in [
+            "demo --help",
+            "chaos --quick --scenario x -v",
+            "docs --check",
+            "fuzz",
+        ] {
+            let cli = parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let Some(Command::Fleet(fleet)) = cli.command else {
+                panic!("{line}: {cli:?}");
+            };
+            let text = format!("{fleet:?}");
+            for word in line.split_whitespace().skip(1) {
+                assert!(text.contains(&format!("{word:?}")), "{line}: {text}");
+            }
         }
     }
 }
