@@ -141,9 +141,8 @@ mod tests {
     /// sources (the loader's declarations), and this test build has them.
     #[test]
     fn every_generated_doc_is_what_its_sources_give() {
-        // The docs' paths are relative to the workspace root; xtask's other tests name no
-        // relative path, so the change cannot reach them.
-        std::env::set_current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).unwrap();
+        // Where `main` runs every command; xtask's other tests name no relative path.
+        crate::enter_workspace_root().unwrap();
         if let Err(e) = check() {
             panic!("{e:#}");
         }

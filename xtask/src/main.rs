@@ -31,7 +31,8 @@
 //! loader, Redis or image stack), which builds in seconds, so the gate starts compiling its
 //! checks at once. A fleet command (demo, chaos, bench, fuzz, cluster, docs, bench-docs,
 //! chaos-docs) is handed unread to the release build of xtask with them ([`rerun_in_release`]),
-//! as it always ran: latency bounds and figures of a debug build mean nothing.
+//! as it always ran: latency bounds and figures of a debug build mean nothing. Every path a
+//! command names or is given is relative to the workspace root, wherever it is typed.
 
 mod background;
 mod engines;
@@ -140,12 +141,12 @@ enum Fleet {
 }
 
 fn main() -> ExitCode {
+    clear_cargo_run_variables();
+    if let Err(e) = enter_workspace_root() {
+        return report("", Err(e));
+    }
     // `help demo`: a fleet command's options are the build with the fleet's to print.
-    #[cfg(not(feature = "fleet"))]
-    if let [help, command] = &std::env::args_os().skip(1).collect::<Vec<_>>()[..]
-        && help == "help"
-        && command.to_str().is_some_and(Fleet::has_subcommand)
-    {
+    if !cfg!(feature = "fleet") && asks_help_of_a_fleet_command(std::env::args_os().skip(1)) {
         return report("help", rerun_in_release());
     }
     // Usage errors and --help exit as clap decides (2 and 0).
@@ -179,6 +180,48 @@ fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Clears what `cargo run` sets for xtask alone (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`...), so
+/// the cargo, maturin and pip it starts see what a shell gives them: a build script that watches
+/// one of them (ring's watches both) would otherwise be run again, and everything above it
+/// rebuilt, whenever the same build is next made from a shell.
+#[allow(unsafe_code)]
+fn clear_cargo_run_variables() {
+    let names: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            let name = name.to_string_lossy();
+            name.starts_with("CARGO_PKG_")
+                || matches!(
+                    &*name,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                )
+        })
+        .collect();
+    for name in names {
+        // SAFETY: called first in `main`, before this process has started any other thread.
+        unsafe { std::env::remove_var(name) };
+    }
+}
+
+/// Makes the workspace's root the working directory: every path xtask names, or is given on
+/// its command line, is relative to it, wherever the command is typed. xtask's tests that read
+/// the tree call it too.
+fn enter_workspace_root() -> anyhow::Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    std::env::set_current_dir(root).map_err(|e| anyhow::anyhow!("enter {root}: {e}"))
+}
+
+/// Whether `args` (the command line after the program) is `help` and a fleet command's name.
+fn asks_help_of_a_fleet_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<_> = args.collect();
+    matches!(&args[..], [help, command]
+        if help == "help" && command.to_str().is_some_and(Fleet::has_subcommand))
 }
 
 /// Runs a fleet command here in the release build with the fleet, else hands it to that build:
@@ -219,6 +262,8 @@ fn rerun_in_release() -> anyhow::Result<()> {
     // The cargo that started this build (it sets CARGO), with the workspace named, so the
     // release build is of this checkout wherever the command was typed.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // A cold release build takes minutes, and `--quiet` shows none of it.
+    eprintln!("==> the release build of xtask with the fleet commands runs this one");
     let error = std::process::Command::new(&cargo)
         .args(["run", "--quiet", "--release", "--package", "xtask"])
         .args([
@@ -297,20 +342,42 @@ mod tests {
     #[cfg(not(feature = "fleet"))]
     #[test]
     fn a_fleet_commands_arguments_are_kept_unread() {
-        for line in [
-            "demo --help",
-            "chaos --quick --scenario x -v",
-            "docs --check",
-            "fuzz",
+        for (line, name) in [
+            ("demo --help", "Demo"),
+            ("chaos --quick --scenario x -v", "Chaos"),
+            ("docs --check", "Docs"),
+            ("chaos-docs --results r", "ChaosDocs"),
+            ("fuzz", "Fuzz"),
         ] {
             let cli = parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
             let Some(Command::Fleet(fleet)) = cli.command else {
                 panic!("{line}: {cli:?}");
             };
             let text = format!("{fleet:?}");
+            assert!(text.starts_with(&format!("{name}(")), "{line}: {text}");
             for word in line.split_whitespace().skip(1) {
                 assert!(text.contains(&format!("{word:?}")), "{line}: {text}");
             }
+        }
+    }
+
+    #[test]
+    fn help_of_a_fleet_command_is_told_from_other_help() {
+        let asks = |line: &str| {
+            asks_help_of_a_fleet_command(line.split_whitespace().map(std::ffi::OsString::from))
+        };
+        for fleet in ["help demo", "help bench-docs", "help fuzz"] {
+            assert!(asks(fleet), "{fleet}");
+        }
+        for other in [
+            "help",
+            "help test",
+            "help wheel",
+            "help nothing",
+            "demo",
+            "help demo x",
+        ] {
+            assert!(!asks(other), "{other}");
         }
     }
 }

@@ -50,22 +50,29 @@ async fn writes_to_a_slow_master_are_bounded_and_what_is_dropped_is_counted() {
     let value_len = mmcache_decode::encoded_len(MODEL, &big(0)).unwrap() as u64;
     let allowance = loader.config().download_memory_bytes / 4;
     let fits = allowance / value_len;
-    let tasks: Vec<_> = (0..COMPUTES)
-        .map(|i| {
-            let l = loader.clone();
-            tokio::spawn(async move {
-                let key = EmbeddingKeyInput::caller(format!("bounded-{i}"));
-                let got = l
-                    .embeddings()
-                    .get_or_compute(&key, MODEL, None, move || async move {
-                        Ok::<_, String>(big(i as u16))
-                    })
-                    .await
-                    .expect("embedding");
-                assert_eq!(got.source, EmbeddingSource::Computed);
+    // Made before any compute starts, so the computes end together. Made inside them (4.7 M
+    // values each, unoptimised), in a gate run on a busy machine one ended after a first write
+    // had reached its deadline and given its allowance back (9 dropped, not 10).
+    let values: Vec<Embedding> = (0..COMPUTES).map(|i| big(i as u16)).collect();
+    let tasks: Vec<_> =
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let l = loader.clone();
+                tokio::spawn(async move {
+                    let key = EmbeddingKeyInput::caller(format!("bounded-{i}"));
+                    let got =
+                        l.embeddings()
+                            .get_or_compute(&key, MODEL, None, move || async move {
+                                Ok::<_, String>(value)
+                            })
+                            .await
+                            .expect("embedding");
+                    assert_eq!(got.source, EmbeddingSource::Computed);
+                })
             })
-        })
-        .collect();
+            .collect();
     for t in tasks {
         t.await.unwrap();
     }
