@@ -1,5 +1,7 @@
-//! Set-up that waits on the network and the disk (venvs, pip installs, wheel downloads), run in
-//! a thread of its own while the gate compiles, and joined where its result is first needed.
+//! Work the gate's next step does not need, run in a thread of its own beside it and joined
+//! where its result is first needed: set-up that waits on the network and the disk (venvs, pip
+//! installs, wheel downloads) while the gate compiles, and builds (the extension, the API docs)
+//! while its tests wait on their servers.
 //!
 //! A job's steps ([`crate::setup::step`] called in its thread) write their `==>`/`<==` lines and
 //! their commands' output to the job's log file, not to the terminal, so nothing interleaves

@@ -101,10 +101,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
         &setup_log("maturin"),
         None,
         || {
-            // Once the tests' cargo has checked the build (well under a second) and let go of
-            // target/debug's lock: maturin's cargo holds it for its whole build, and the tests
-            // would wait for that.
-            std::thread::sleep(std::time::Duration::from_secs(3));
+            // Once the tests' cargo has let go of target/debug's lock (a test binary runs):
+            // maturin's cargo holds it for its whole build, and the tests would wait for that.
+            await_a_test_binary();
             maturin_develop(VENV, false)
         },
     )?;
@@ -151,6 +150,28 @@ pub(crate) fn run() -> anyhow::Result<()> {
     docs.join()?;
     println!("xtask test: all gates passed");
     Ok(())
+}
+
+/// Returns once a process runs a program of target/debug/deps (a test binary), or after a
+/// minute: the tests' cargo has then checked the build and let go of its lock.
+fn await_a_test_binary() {
+    let deps = std::env::current_dir()
+        .map(|d| d.join("target/debug/deps"))
+        .unwrap_or_default();
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(60) {
+        let running = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|p| {
+                std::fs::read_link(p.path().join("exe")).is_ok_and(|exe| exe.starts_with(&deps))
+            });
+        if running {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// The log of the background set-up job `name`: target/setup-logs/`name`.log.

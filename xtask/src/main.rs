@@ -97,7 +97,11 @@ mod fleet_args {
 
 /// Project automation for mmcache: the gate, the demo, chaos, benchmarks, fuzzing, docs.
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    after_help = "Paths, given or named, are relative to the workspace root, wherever a command is typed."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -176,7 +180,8 @@ fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {
         // A message with its causes, never a backtrace (whatever RUST_BACKTRACE says): what
         // failed and why is in the message.
         Err(e) => {
-            eprintln!("cargo xtask {name}: {e:#}");
+            let command = ["cargo xtask", name].join(" ");
+            eprintln!("{}: {e:#}", command.trim_end());
             ExitCode::FAILURE
         }
     }
@@ -190,23 +195,26 @@ fn report(name: &str, result: anyhow::Result<()>) -> ExitCode {
 fn clear_cargo_run_variables() {
     let names: Vec<std::ffi::OsString> = std::env::vars_os()
         .map(|(name, _)| name)
-        .filter(|name| {
-            let name = name.to_string_lossy();
-            name.starts_with("CARGO_PKG_")
-                || matches!(
-                    &*name,
-                    "CARGO_MANIFEST_DIR"
-                        | "CARGO_MANIFEST_PATH"
-                        | "CARGO_CRATE_NAME"
-                        | "CARGO_BIN_NAME"
-                        | "CARGO_PRIMARY_PACKAGE"
-                )
-        })
+        .filter(|name| set_by_cargo_run_for_xtask(&name.to_string_lossy()))
         .collect();
     for name in names {
         // SAFETY: called first in `main`, before this process has started any other thread.
         unsafe { std::env::remove_var(name) };
     }
+}
+
+/// Whether the variable `name` is one `cargo run` sets for the program it runs alone (not
+/// `CARGO`, which the release hand-over uses, nor the user's own `CARGO_*` settings).
+fn set_by_cargo_run_for_xtask(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 /// Makes the workspace's root the working directory: every path xtask names, or is given on
@@ -358,6 +366,32 @@ mod tests {
             for word in line.split_whitespace().skip(1) {
                 assert!(text.contains(&format!("{word:?}")), "{line}: {text}");
             }
+        }
+    }
+
+    #[test]
+    fn only_what_cargo_run_sets_for_xtask_is_cleared() {
+        for cleared in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+        ] {
+            assert!(set_by_cargo_run_for_xtask(cleared), "{cleared}");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_BUILD_JOBS",
+            "RUSTFLAGS",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_run_for_xtask(kept), "{kept}");
         }
     }
 

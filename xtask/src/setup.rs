@@ -76,8 +76,10 @@ pub(crate) fn maturin_develop(venv: &str, release: bool) -> anyhow::Result<()> {
     let maturin = std::env::current_dir()?.join(VENV).join("bin/maturin");
     let mut cmd = Command::new(maturin);
     cmd.args(["develop", "--quiet", "-m", "crates/python/Cargo.toml"])
-        // maturin's own pip, as quiet as ours.
+        // maturin's own pip, as quiet as ours, and off pip's cache: the gate runs it beside
+        // other pips.
         .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .env("PIP_NO_CACHE_DIR", "1")
         .env("VIRTUAL_ENV", &venv)
         .env("PATH", &path);
     if release {

@@ -1,12 +1,13 @@
 // Not in tests/it: it installs the process-global metrics recorder (its tests share it).
 //! Embedding writes are bounded as image writes are: against a real master that answers late
 //! but in time (a forwarder that holds every reply 1.5 s; the default response timeout is
-//! 2 s), with the default settings, many computes of
-//! 9.3 MB values at once never hold more pending writes than the write allowance (a quarter of
-//! the default 512 MiB download budget) takes, each chunked write stops at its deadline, and
-//! every write not made is counted. Counts only: no timing is asserted. And a value over the
-//! disk tier's entry cap is counted as dropped, never as written. The metrics recorder is
-//! process-global: the tests share one, and each reads only labels no other test touches.
+//! 2 s), with the default settings, many computes of 9.3 MB values at once never hold more
+//! pending writes than the write allowance (a quarter of the default 512 MiB download budget)
+//! takes, each chunked write stops at its deadline, and every write not made is counted. Counts
+//! only: no timing is asserted, but one order is assumed: every compute ends before the first
+//! write's deadline. And a value over the disk tier's entry cap is counted as dropped, never as
+//! written. The metrics recorder is process-global: the tests share one, and each reads only
+//! labels no other test touches.
 
 use std::sync::OnceLock;
 use std::time::Duration;
