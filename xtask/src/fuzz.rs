@@ -1,7 +1,7 @@
-//! `cargo xtask fuzz [--target T]... [--secs N | --build-only]`: coverage-guided fuzzing of the input surfaces
-//! (fuzz/src/bin/*.rs) with cargo-afl and AFL++, each target for a bounded time. Fails when any
-//! target found a crash or a hang; prints, per target, the edges covered, the corpus size and
-//! the executions per second. See docs/fuzzing.md.
+//! `cargo xtask fuzz [--target T]... [--secs N | --build-only]`: coverage-guided fuzzing of the
+//! input surfaces (fuzz/src/bin/*.rs) with cargo-afl and AFL++, each target for a bounded time.
+//! Fails when any target found a crash or a hang; prints, per target, the edges covered, the
+//! corpus size and the executions per second. See docs/fuzzing.md.
 
 mod seeds;
 

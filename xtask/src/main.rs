@@ -221,9 +221,12 @@ fn set_by_cargo_run_for_xtask(name: &str) -> bool {
 /// its command line, is relative to it, wherever the command is typed. xtask's tests that read
 /// the tree call it too.
 fn enter_workspace_root() -> anyhow::Result<()> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    std::env::set_current_dir(root).map_err(|e| anyhow::anyhow!("enter {root}: {e}"))
+    std::env::set_current_dir(WORKSPACE_ROOT)
+        .map_err(|e| anyhow::anyhow!("enter {WORKSPACE_ROOT}: {e}"))
 }
+
+/// The workspace's root, from where this build's source was.
+const WORKSPACE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 /// Whether `args` (the command line after the program) is `help` and a fleet command's name.
 fn asks_help_of_a_fleet_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
@@ -274,10 +277,8 @@ fn rerun_in_release() -> anyhow::Result<()> {
     eprintln!("==> the release build of xtask with the fleet commands runs this one");
     let error = std::process::Command::new(&cargo)
         .args(["run", "--quiet", "--release", "--package", "xtask"])
-        .args([
-            "--manifest-path",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"),
-        ])
+        .arg("--manifest-path")
+        .arg(std::path::Path::new(WORKSPACE_ROOT).join("Cargo.toml"))
         .arg("--")
         .args(std::env::args_os().skip(1))
         .env(RERUN, "1")
