@@ -11,6 +11,8 @@
 
 use std::process::Command;
 
+use anyhow::{Context, bail};
+
 use crate::setup::{step, venv_python};
 
 /// Where the venv lives (kept, like target/venv).
@@ -38,11 +40,65 @@ pub(crate) fn engines_venv() -> anyhow::Result<String> {
         &format!("pip install --no-deps {}", ENGINES.join(" ")),
         pip(&python).arg("--no-deps").args(ENGINES),
     )?;
+    // The large wheels first, each by a pip of its own: one pip keeps every wheel it downloads
+    // until it ends, which would hold about 3.5 GB of them beside the venv at once.
+    let requirements =
+        std::fs::read_to_string(REQUIREMENTS).with_context(|| format!("read {REQUIREMENTS}"))?;
+    let installed = installed_pins(&python)?;
+    for pin in large_pins(&requirements) {
+        if !installed.contains(&normalized(pin)) {
+            step(
+                &format!("pip install --no-deps {pin}"),
+                pip(&python).arg("--no-deps").arg(pin),
+            )?;
+        }
+    }
     step(
         &format!("pip install -r {REQUIREMENTS}"),
         pip(&python).args(["-r", REQUIREMENTS]),
     )?;
     Ok(python)
+}
+
+/// The pins (`name==version`) of `requirements` whose wheels are hundreds of megabytes: torch,
+/// triton and CUDA's libraries (`nvidia-*`).
+fn large_pins(requirements: &str) -> Vec<&str> {
+    requirements
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .filter(|pin| {
+            let name = pin.split("==").next().unwrap_or_default();
+            name == "torch" || name == "triton" || name.starts_with("nvidia-")
+        })
+        .collect()
+}
+
+/// What the venv of `python` holds, as normalized `name==version` pins.
+fn installed_pins(python: &str) -> anyhow::Result<std::collections::HashSet<String>> {
+    let out = Command::new(python)
+        .args(["-m", "pip", "freeze", "--disable-pip-version-check"])
+        .output()
+        .context("run pip freeze")?;
+    if !out.status.success() {
+        bail!("pip freeze failed ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(normalized)
+        .collect())
+}
+
+/// A pin with its name normalized as pip compares names (PEP 503: case and `-_.` runs don't matter).
+fn normalized(pin: &str) -> String {
+    let (name, version) = pin.split_once("==").unwrap_or((pin, ""));
+    let mut out = String::new();
+    for part in name.split(['-', '_', '.']).filter(|part| !part.is_empty()) {
+        if !out.is_empty() {
+            out.push('-');
+        }
+        out.push_str(&part.to_ascii_lowercase());
+    }
+    format!("{out}=={}", version.trim())
 }
 
 /// Runs tests/engines/smoke.py with the venv's `python`: every engine module the oracle tests
@@ -69,4 +125,39 @@ fn pip(python: &str) -> Command {
     ]);
     cmd.env("PIP_NO_CACHE_DIR", "1");
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_large_wheels_are_torchs_group_and_nothing_else() {
+        let path = std::path::Path::new(crate::WORKSPACE_ROOT).join(REQUIREMENTS);
+        let requirements = std::fs::read_to_string(path).unwrap();
+        let large = large_pins(&requirements);
+        assert!(large.contains(&"torch==2.14.0"), "{large:?}");
+        assert!(large.iter().any(|pin| pin.starts_with("triton==")));
+        assert!(
+            large
+                .iter()
+                .any(|pin| pin.starts_with("nvidia-cudnn-cu13=="))
+        );
+        assert!(large.iter().all(|pin| pin.contains("==")), "{large:?}");
+        assert!(!large.iter().any(|pin| pin.starts_with("torchvision")));
+        let pins =
+            "# torch==1.0 in a comment\ntorch==2.0  # inline\nnvidia-nccl-cu13==2.3\npillow==1";
+        assert_eq!(large_pins(pins), ["torch==2.0", "nvidia-nccl-cu13==2.3"]);
+    }
+
+    #[test]
+    fn pins_compare_as_pip_compares_names() {
+        assert_eq!(normalized("Jinja2==3.1.6"), normalized("jinja2==3.1.6"));
+        assert_eq!(normalized("typing_extensions==4"), "typing-extensions==4");
+        assert_eq!(
+            normalized("zope.interface==1"),
+            normalized("Zope__Interface==1")
+        );
+        assert_ne!(normalized("torch==2.14.0"), normalized("torch==2.14.1"));
+    }
 }

@@ -226,7 +226,7 @@ fn enter_workspace_root() -> anyhow::Result<()> {
 }
 
 /// The workspace's root, from where this build's source was.
-const WORKSPACE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+pub(crate) const WORKSPACE_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 /// Whether `args` (the command line after the program) is `help` and a fleet command's name.
 fn asks_help_of_a_fleet_command(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
