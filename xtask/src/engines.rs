@@ -6,7 +6,8 @@
 //! vLLM and SGLang go in with `--no-deps`: their own dependency lists are GPU builds, and vLLM's
 //! `flashinfer-python` pin is not on the registry. tests/engines/requirements.txt then pins what
 //! the modules we run import: torch with its CUDA packages (it loads them at import, even on
-//! CPU; about 6 GB), and the pure-Python rest. The venv is kept under target/ and reused: pip
+//! CPU; about 6 GB), and the pure-Python rest. torch's and CUDA's large wheels go in first, one
+//! pip each, to bound the disk a download holds. The venv is kept under target/ and reused: pip
 //! skips what is installed, so a warm run costs a few seconds of pip and the smoke.
 
 use std::process::Command;
