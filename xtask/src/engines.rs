@@ -46,7 +46,7 @@ pub(crate) fn engines_venv() -> anyhow::Result<String> {
     let requirements =
         std::fs::read_to_string(REQUIREMENTS).with_context(|| format!("read {REQUIREMENTS}"))?;
     let installed = installed_pins(&python)?;
-    for pin in large_pins(&requirements) {
+    for pin in large_pins(&requirements)? {
         if !installed.contains(&normalized(pin)) {
             step(
                 &format!("pip install --no-deps {pin}"),
@@ -61,17 +61,32 @@ pub(crate) fn engines_venv() -> anyhow::Result<String> {
     Ok(python)
 }
 
-/// The pins (`name==version`) of `requirements` whose wheels are hundreds of megabytes: torch,
-/// triton and CUDA's libraries (`nvidia-*`).
-fn large_pins(requirements: &str) -> Vec<&str> {
-    requirements
-        .lines()
-        .map(|line| line.split('#').next().unwrap_or_default().trim())
-        .filter(|pin| {
-            let name = pin.split("==").next().unwrap_or_default();
-            name == "torch" || name == "triton" || name.starts_with("nvidia-")
-        })
-        .collect()
+/// The pins of `requirements` for torch, triton and CUDA's libraries (`nvidia-*`), most of whose
+/// wheels are hundreds of megabytes. Each must be a plain `name==version`: it goes to a pip of its
+/// own and is compared with `pip freeze`'s lines.
+fn large_pins(requirements: &str) -> anyhow::Result<Vec<&str>> {
+    let mut large = Vec::new();
+    for line in requirements.lines() {
+        let pin = line.split('#').next().unwrap_or_default().trim();
+        let name_len = pin
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
+            .unwrap_or(pin.len());
+        let name = normalized(&pin[..name_len]);
+        if !(name == "torch" || name == "triton" || name.starts_with("nvidia-")) {
+            continue;
+        }
+        let plain = pin[name_len..].strip_prefix("==").is_some_and(|version| {
+            !version.is_empty()
+                && version
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.+!".contains(c))
+        });
+        if !plain {
+            bail!("{REQUIREMENTS}: {pin:?} is not a plain name==version pin");
+        }
+        large.push(pin);
+    }
+    Ok(large)
 }
 
 /// What the venv of `python` holds, as normalized `name==version` pins.
@@ -81,7 +96,11 @@ fn installed_pins(python: &str) -> anyhow::Result<std::collections::HashSet<Stri
         .output()
         .context("run pip freeze")?;
     if !out.status.success() {
-        bail!("pip freeze failed ({})", out.status);
+        bail!(
+            "pip freeze failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -89,17 +108,23 @@ fn installed_pins(python: &str) -> anyhow::Result<std::collections::HashSet<Stri
         .collect())
 }
 
-/// A pin with its name normalized as pip compares names (PEP 503: case and `-_.` runs don't matter).
+/// A name, or the name of a `name==version` pin, normalized as pip compares names (PEP 503: case
+/// and runs of `-_.` don't matter).
 fn normalized(pin: &str) -> String {
-    let (name, version) = pin.split_once("==").unwrap_or((pin, ""));
-    let mut out = String::new();
-    for part in name.split(['-', '_', '.']).filter(|part| !part.is_empty()) {
-        if !out.is_empty() {
-            out.push('-');
-        }
-        out.push_str(&part.to_ascii_lowercase());
+    let (name, version) = match pin.split_once("==") {
+        Some((name, version)) => (name, Some(version.trim())),
+        None => (pin, None),
+    };
+    let name = name
+        .split(['-', '_', '.'])
+        .filter(|part| !part.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("-");
+    match version {
+        Some(version) => format!("{name}=={version}"),
+        None => name,
     }
-    format!("{out}=={}", version.trim())
 }
 
 /// Runs tests/engines/smoke.py with the venv's `python`: every engine module the oracle tests
@@ -111,7 +136,7 @@ pub(crate) fn check_engines(python: &str) -> anyhow::Result<()> {
 /// `pip install` into the venv of `python`. `--no-warn-conflicts`: vLLM's and SGLang's declared
 /// dependencies are left out on purpose, and pip would list every one of them as a conflict.
 /// No pip cache (`PIP_NO_CACHE_DIR`, which reaches any pip it starts): a cache would keep about
-/// 3.5 GB of wheels beside the 6.8 GB venv, and CI ran out of disk with one; it would also be
+/// 3.5 GB of wheels beside the 6.9 GB venv, and CI ran out of disk with one; it would also be
 /// shared with the other venvs' pips, which the gate runs beside this one, and two pips writing
 /// one cache can corrupt it. The venv itself is kept, so a later run downloads nothing anyway.
 fn pip(python: &str) -> Command {
@@ -136,19 +161,35 @@ mod tests {
     fn the_large_wheels_are_torchs_group_and_nothing_else() {
         let path = std::path::Path::new(crate::WORKSPACE_ROOT).join(REQUIREMENTS);
         let requirements = std::fs::read_to_string(path).unwrap();
-        let large = large_pins(&requirements);
-        assert!(large.contains(&"torch==2.14.0"), "{large:?}");
-        assert!(large.iter().any(|pin| pin.starts_with("triton==")));
-        assert!(
-            large
-                .iter()
-                .any(|pin| pin.starts_with("nvidia-cudnn-cu13=="))
-        );
-        assert!(large.iter().all(|pin| pin.contains("==")), "{large:?}");
+        let large = large_pins(&requirements).unwrap();
+        for name in [
+            "torch==",
+            "triton==",
+            "nvidia-cudnn-cu13==",
+            "nvidia-cublas==",
+        ] {
+            assert!(large.iter().any(|pin| pin.starts_with(name)), "{large:?}");
+        }
         assert!(!large.iter().any(|pin| pin.starts_with("torchvision")));
-        let pins =
-            "# torch==1.0 in a comment\ntorch==2.0  # inline\nnvidia-nccl-cu13==2.3\npillow==1";
-        assert_eq!(large_pins(pins), ["torch==2.0", "nvidia-nccl-cu13==2.3"]);
+        let pins = "# torch==1.0 in a comment\ntorch==2.0  # inline\nnvidia-nccl-cu13==2.3\n\
+                    pillow==1\nNvidia_Cufft==1\ntorchvision>=1\ntriton-extra[x]>=2";
+        assert_eq!(
+            large_pins(pins).unwrap(),
+            ["torch==2.0", "nvidia-nccl-cu13==2.3", "Nvidia_Cufft==1"]
+        );
+        // A large pin that pip would read otherwise than as a plain pin is refused, not half-done.
+        for pin in [
+            "torch>=2",
+            "torch[opt]==2",
+            "triton==3; sys_platform=='linux'",
+            "torch==",
+        ] {
+            let err = large_pins(pin).unwrap_err().to_string();
+            assert!(
+                err.contains("not a plain name==version pin"),
+                "{pin}: {err}"
+            );
+        }
     }
 
     #[test]
@@ -159,6 +200,7 @@ mod tests {
             normalized("zope.interface==1"),
             normalized("Zope__Interface==1")
         );
+        assert_eq!(normalized("Nvidia_Cufft"), "nvidia-cufft");
         assert_ne!(normalized("torch==2.14.0"), normalized("torch==2.14.1"));
     }
 }
