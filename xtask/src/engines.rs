@@ -36,17 +36,19 @@ pub(crate) fn run() -> anyhow::Result<()> {
 /// Makes target/venv-engines when missing and installs the engines and their requirements into
 /// it (pip skips what is already there). Returns the venv's interpreter, an absolute path.
 pub(crate) fn engines_venv() -> anyhow::Result<String> {
+    // Read first: a bad pin fails before any download.
+    let requirements =
+        std::fs::read_to_string(REQUIREMENTS).with_context(|| format!("read {REQUIREMENTS}"))?;
+    let large = large_pins(&requirements)?;
     let python = venv_python(ENGINES_VENV)?;
     step(
         &format!("pip install --no-deps {}", ENGINES.join(" ")),
         pip(&python).arg("--no-deps").args(ENGINES),
     )?;
     // The large wheels first, each by a pip of its own: one pip keeps every wheel it downloads
-    // until it ends, which would hold about 3.5 GB of them beside the venv at once.
-    let requirements =
-        std::fs::read_to_string(REQUIREMENTS).with_context(|| format!("read {REQUIREMENTS}"))?;
+    // until it ends, which would hold about 3.2 GB of them beside the venv at once.
     let installed = installed_pins(&python)?;
-    for pin in large_pins(&requirements)? {
+    for pin in large {
         if !installed.contains(&normalized(pin)) {
             step(
                 &format!("pip install --no-deps {pin}"),
@@ -136,7 +138,7 @@ pub(crate) fn check_engines(python: &str) -> anyhow::Result<()> {
 /// `pip install` into the venv of `python`. `--no-warn-conflicts`: vLLM's and SGLang's declared
 /// dependencies are left out on purpose, and pip would list every one of them as a conflict.
 /// No pip cache (`PIP_NO_CACHE_DIR`, which reaches any pip it starts): a cache would keep about
-/// 3.5 GB of wheels beside the 6.9 GB venv, and CI ran out of disk with one; it would also be
+/// 3.2 GB of wheels beside the 6.9 GB venv, and CI ran out of disk with one; it would also be
 /// shared with the other venvs' pips, which the gate runs beside this one, and two pips writing
 /// one cache can corrupt it. The venv itself is kept, so a later run downloads nothing anyway.
 fn pip(python: &str) -> Command {
